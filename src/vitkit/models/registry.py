@@ -1,0 +1,104 @@
+"""Named variants: paper names ('ViT-B/16', 'R50+ViT-B/16', 'R50x1') and timm names ('vit_base_patch16_224')."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
+
+# Table 1 of the paper: (hidden size D, layers, heads, MLP size).
+VIT_SIZES = {
+    "Ti": dict(hidden_size=192, depth=12, num_heads=3, mlp_dim=768),
+    "S": dict(hidden_size=384, depth=12, num_heads=6, mlp_dim=1536),
+    "B": dict(hidden_size=768, depth=12, num_heads=12, mlp_dim=3072),
+    "L": dict(hidden_size=1024, depth=24, num_heads=16, mlp_dim=4096),
+    "H": dict(hidden_size=1280, depth=32, num_heads=16, mlp_dim=5120),
+}
+TIMM_SIZE_NAMES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"}
+# BiT baselines of §4.1: (layers per stage, width factor).
+RESNET_SIZES = {
+    "R50x1": ((3, 4, 6, 3), 1),
+    "R50x2": ((3, 4, 6, 3), 2),
+    "R50x3": ((3, 4, 6, 3), 3),
+    "R101x1": ((3, 4, 23, 3), 1),
+    "R101x3": ((3, 4, 23, 3), 3),
+    "R152x1": ((3, 8, 36, 3), 1),
+    "R152x2": ((3, 8, 36, 3), 2),
+    "R152x4": ((3, 8, 36, 3), 4),
+    "R200x3": ((3, 24, 36, 3), 3),
+}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    aliases: tuple[str, ...]
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+def _vit_entries() -> list[ModelEntry]:
+    entries = []
+    for size, dims in VIT_SIZES.items():
+        for patch in (8, 14, 16, 32):
+            timm = f"vit_{TIMM_SIZE_NAMES[size]}_patch{patch}_224"
+            config = dict(model_type="vit", patch_size=patch, **dims)
+            entries.append(ModelEntry(f"ViT-{size}/{patch}", (timm,), config))
+    # Hybrids (§4.1): option (ii) stage 4 folded into stage 3 -> stride 16; option (i) full ResNet50 -> stride 32.
+    for size, layers, stride in (("B", (3, 4, 9), 16), ("L", (3, 4, 9), 16), ("B", (3, 4, 6, 3), 32), ("L", (3, 4, 6, 3), 32)):
+        timm = f"vit_{TIMM_SIZE_NAMES[size]}_r50_s{stride}_224"
+        config = dict(model_type="vit", patch_size=1, resnet_layers=layers, **VIT_SIZES[size])
+        entries.append(ModelEntry(f"R50+ViT-{size}/{stride}", (timm,), config))
+    return entries
+
+
+def _resnet_entries() -> list[ModelEntry]:
+    entries = []
+    for name, (layers, width) in RESNET_SIZES.items():
+        depth = name[1:].split("x")[0]
+        timm = f"resnetv2_{depth}x{width}_bit"
+        entries.append(ModelEntry(name, (timm,), dict(model_type="resnetv2", layers=layers, width_factor=width)))
+    return entries
+
+
+MODELS: dict[str, ModelEntry] = {e.name: e for e in _vit_entries() + _resnet_entries()}
+_LOOKUP = {key.lower(): e for e in MODELS.values() for key in (e.name, *e.aliases)}
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """Registered paper names whose name or timm alias matches the glob `pattern` (case-insensitive)."""
+    pattern = pattern.lower()
+    return [
+        e.name for e in MODELS.values() if any(fnmatch.fnmatch(k.lower(), pattern) for k in (e.name, *e.aliases))
+    ]
+
+
+def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
+    """The config of a registered variant with any field overridden."""
+    entry = _LOOKUP.get(name.lower())
+    if entry is None:
+        raise ValueError(f"unknown model {name!r}; see vitkit.list_models() (e.g. 'ViT-B/16', 'vit_base_patch16_224')")
+    return config_from_dict(dict(entry.config), **overrides)
+
+
+def build_model(config: ViTConfig | ResNetConfig) -> nn.Module:
+    """The module for a config: VisionTransformer (plain or hybrid) or the ResNet v2 baseline."""
+    from vitkit.models.resnet import ResNetV2
+    from vitkit.models.vit import VisionTransformer
+
+    return VisionTransformer(config) if isinstance(config, ViTConfig) else ResNetV2(config)
+
+
+def create_model(name: str, *, device: str | torch.device | None = None, **overrides: Any) -> nn.Module:
+    """Build a registered variant, e.g. create_model('ViT-B/16', num_classes=10, img_size=384).
+
+    `device='meta'` builds without allocating, to count the parameters of the largest variants.
+    """
+    config = model_config(name, **overrides)
+    with torch.device(device) if device is not None else contextlib.nullcontext():
+        return build_model(config)

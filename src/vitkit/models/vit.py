@@ -1,0 +1,256 @@
+"""The Vision Transformer of §3.1, Eq. 1-4, and nothing else.
+
+    z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos            (1)  PatchEmbed, cls_token, pos_embed
+    z'_l = MSA(LN(z_{l-1})) + z_{l-1}                          (2)  Block: norm1, attn
+    z_l = MLP(LN(z'_l)) + z'_l                                 (3)  Block: norm2, mlp
+    y = LN(z_L^0)                                              (4)  norm, then the class token (or the mean: 'gap')
+
+Module names follow timm, so its state dicts map one-to-one; each official key has exactly one home here
+(q, k and v live side by side in the fused `qkv` projection).
+"""
+
+from __future__ import annotations
+
+import math
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+from torchvision.ops import StochasticDepth
+
+from vitkit.models.config import ViTConfig
+from vitkit.models.posemb import RelativePositionBias, build_position_embedding
+from vitkit.models.resnet import ResNetV1
+
+Grid = tuple[int, int]
+
+
+class PatchEmbed(nn.Module):
+    """Linear projection E of flattened P x P patches, written as a conv with kernel = stride = P."""
+
+    def __init__(self, in_chans: int, dim: int, patch_size: tuple[int, int]) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
+        x = self.proj(x)
+        grid = (x.shape[-2], x.shape[-1])
+        return x.flatten(2).transpose(1, 2), grid
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention: fused SDPA, or an explicit path that also returns the probabilities."""
+
+    def __init__(self, dim: int, num_heads: int, attn_drop: float, proj_drop: float, num_rel_tokens: int = 0):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.scale = self.head_dim**-0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.attn_drop = attn_drop
+        self.proj = nn.Linear(dim, dim)
+        self.proj_drop = nn.Dropout(proj_drop)
+        self.rel_pos = RelativePositionBias(num_rel_tokens, self.head_dim) if num_rel_tokens else None
+
+    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        bias = self.rel_pos(q * self.scale) if self.rel_pos is not None else None
+        dropout_p = self.attn_drop if self.training else 0.0
+        if need_weights:
+            logits = (q * self.scale) @ k.transpose(-2, -1)
+            weights = (logits if bias is None else logits + bias).softmax(dim=-1)
+            out = F.dropout(weights, dropout_p, self.training) @ v
+        else:
+            weights = None
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale)
+        out = out.transpose(1, 2).reshape(B, T, D)
+        return self.proj_drop(self.proj(out)), weights
+
+
+class Mlp(nn.Module):
+    """Two dense layers with a GELU between them; dropout after each (Appendix B.1)."""
+
+    def __init__(self, dim: int, hidden: int, activation: str, dropout: float) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU(approximate="tanh" if activation == "gelu_tanh" else "none")
+        self.drop1 = nn.Dropout(dropout)
+        self.fc2 = nn.Linear(hidden, dim)
+        self.drop2 = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
+
+
+class Block(nn.Module):
+    """One encoder layer: Eq. 2 then Eq. 3, pre-norm, residuals (with stochastic depth when training)."""
+
+    def __init__(self, config: ViTConfig, drop_path: float, num_rel_tokens: int) -> None:
+        super().__init__()
+        dim, eps = config.hidden_size, config.layer_norm_eps
+        self.norm1 = nn.LayerNorm(dim, eps=eps)
+        self.attn = Attention(dim, config.num_heads, config.attention_dropout, config.dropout, num_rel_tokens)
+        self.norm2 = nn.LayerNorm(dim, eps=eps)
+        self.mlp = Mlp(dim, config.mlp_dim, config.activation, config.dropout)
+        self.drop_path = StochasticDepth(drop_path, mode="row")
+
+    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        attended, weights = self.attn(self.norm1(x), need_weights)
+        x = x + self.drop_path(attended)  # Eq. 2
+        x = x + self.drop_path(self.mlp(self.norm2(x)))  # Eq. 3
+        return x, weights
+
+
+class VisionTransformer(nn.Module):
+    """ViT (and the hybrid: a ResNet v1 feature map embedded with 1x1 patches) built from a `ViTConfig`."""
+
+    def __init__(self, config: ViTConfig) -> None:
+        super().__init__()
+        self.config = config
+        dim = config.hidden_size
+        if config.resnet_layers is not None:
+            self.backbone = ResNetV1(config.resnet_layers, config.resnet_width, config.in_chans)
+            embed_in = self.backbone.out_channels
+        else:
+            self.backbone = None
+            embed_in = config.in_chans
+        self.patch_embed = PatchEmbed(embed_in, dim, config.patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.classifier == "token" else None
+        self.pos_embed = build_position_embedding(config.pos_embed, config.num_prefix_tokens, config.grid_size, dim)
+        self.pos_drop = nn.Dropout(config.dropout)
+        num_rel_tokens = config.num_prefix_tokens + math.prod(config.grid_size) if config.pos_embed == "relative" else 0
+        rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]  # stochastic depth, linear
+        self.blocks = nn.ModuleList(Block(config, rate, num_rel_tokens) for rate in rates)
+        self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.pre_logits = PreLogits(dim, config.representation_size) if config.representation_size else nn.Identity()
+        self.head = nn.Linear(config.representation_size or dim, config.num_classes) if config.num_classes else nn.Identity()
+        self.grad_checkpointing = False
+        self.init_weights()
+
+    @property
+    def num_features(self) -> int:
+        """Width of the vector the head reads (pre-logits when present)."""
+        return self.config.representation_size or self.config.hidden_size
+
+    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
+        """Eq. 1: patch embeddings, class token prepended, position embeddings added."""
+        self.check_input(x)
+        if self.backbone is not None:
+            x = self.backbone(x)
+        x, grid = self.patch_embed(x)
+        if self.cls_token is not None:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return self.pos_drop(self.pos_embed(x, grid)), grid
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoded, normalised token sequence [B, T, D] (Eq. 1-3 and the LayerNorm of Eq. 4)."""
+        x, _ = self.embed(x)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=False)[0] if self.grad_checkpointing else block(x)[0]
+        return self.norm(x)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Pool (class token, or mean for 'gap'), pre-logits, head."""
+        x = x[:, 0] if self.config.classifier == "token" else x.mean(dim=1)
+        x = self.pre_logits(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    def forward_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The same forward through explicit attention: (encoded tokens, one [B, heads, T, T] map per layer)."""
+        x, _ = self.embed(x)
+        maps = []
+        for block in self.blocks:
+            x, weights = block(x, need_weights=True)
+            maps.append(weights)
+        return self.norm(x), maps
+
+    def check_input(self, x: torch.Tensor) -> None:
+        """A clear ValueError for inputs the model cannot take, instead of a shape error deep inside torch."""
+        cfg = self.config
+        if x.ndim != 4 or x.shape[1] != cfg.in_chans:
+            raise ValueError(f"expected input [B, {cfg.in_chans}, H, W], got {list(x.shape)}")
+        size = tuple(x.shape[-2:])
+        stride = cfg.input_stride
+        if size[0] % stride or size[1] % stride:
+            raise ValueError(f"input size {size} is not divisible by the patch size {stride}")
+        if size != cfg.img_size and not cfg.dynamic_img_size:
+            raise ValueError(
+                f"input size {size} differs from the model's img_size {cfg.img_size}; "
+                "set dynamic_img_size=True or create the model with the new img_size"
+            )
+
+    def reset_classifier(self, num_classes: int) -> None:
+        """A fresh zero-initialised head (§3.2: fine-tuning starts from a zero D x K layer)."""
+        self.config.num_classes = num_classes
+        self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
+        self.head.to(self.norm.weight.device)
+        _zero(self.head)
+
+    def no_weight_decay(self) -> set[str]:
+        """Parameters exempt from weight decay: biases, norms, position embeddings, class token."""
+        return {
+            name
+            for name, p in self.named_parameters()
+            if p.ndim <= 1 or name.startswith(("pos_embed.", "cls_token")) or ".rel_pos." in name
+        }
+
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block in the backward pass: activation memory for compute."""
+        self.grad_checkpointing = enable
+
+    def init_weights(self) -> None:
+        """The official (vit_jax) initialisation: lecun-normal patch embedding and pre-logits, xavier-uniform
+        attention and MLP kernels, MLP biases N(0, 1e-6), zero class token and head; position tables N(0, 0.02)."""
+        for name, module in self.named_modules():
+            if isinstance(module, nn.Linear):
+                if name.endswith("qkv"):
+                    _xavier_uniform_fused_(module.weight, parts=3)
+                    nn.init.zeros_(module.bias)
+                elif name.endswith(("attn.proj", "mlp.fc1", "mlp.fc2")):
+                    nn.init.xavier_uniform_(module.weight)
+                    if "mlp" in name:
+                        nn.init.normal_(module.bias, std=1e-6)
+                    else:
+                        nn.init.zeros_(module.bias)
+        lecun_normal_(self.patch_embed.proj.weight)
+        nn.init.zeros_(self.patch_embed.proj.bias)
+        if isinstance(self.pre_logits, PreLogits):
+            lecun_normal_(self.pre_logits.fc.weight)
+            nn.init.zeros_(self.pre_logits.fc.bias)
+        _zero(self.head)
+
+
+
+class PreLogits(nn.Module):
+    """The pre-training representation layer of §3.1 / B.1: Dense + tanh in front of the head."""
+
+    def __init__(self, dim: int, representation_size: int) -> None:
+        super().__init__()
+        self.fc = nn.Linear(dim, representation_size)
+        self.act = nn.Tanh()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(self.fc(x))
+
+
+def lecun_normal_(weight: torch.Tensor) -> torch.Tensor:
+    """flax's lecun_normal: truncated normal with variance 1 / fan_in (the official patch-embedding init)."""
+    fan_in = weight[0].numel()
+    std = math.sqrt(1.0 / fan_in) / 0.87962566103423978  # the std of a unit normal truncated at +-2
+    return nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+
+
+def _xavier_uniform_fused_(weight: torch.Tensor, parts: int) -> None:
+    """Xavier-uniform as if q, k and v were separate D x D kernels, as in the official code."""
+    fan_out, fan_in = weight.shape[0] // parts, weight.shape[1]
+    bound = math.sqrt(6.0 / (fan_in + fan_out))
+    nn.init.uniform_(weight, -bound, bound)
+
+
+def _zero(module: nn.Module) -> None:
+    for p in module.parameters():
+        nn.init.zeros_(p)
