@@ -21,7 +21,8 @@ def resample_grid(grid_embed: torch.Tensor, new_grid: Grid, mode: str = "bilinea
         raise ValueError(f"resample mode must be 'bilinear' or 'bicubic', got {mode!r}")
     if tuple(grid_embed.shape[:2]) == tuple(new_grid):
         return grid_embed
-    image = grid_embed.permute(2, 0, 1).unsqueeze(0).float()
+    compute_dtype = torch.promote_types(grid_embed.dtype, torch.float32)  # half types interpolate in float32
+    image = grid_embed.permute(2, 0, 1).unsqueeze(0).to(compute_dtype)
     out = F.interpolate(image, size=tuple(new_grid), mode=mode, align_corners=True)
     return out[0].permute(1, 2, 0).to(grid_embed.dtype)
 

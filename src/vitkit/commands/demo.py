@@ -1,0 +1,33 @@
+"""`vitkit demo`: build a model, count its parameters and FLOPs, and time a forward pass."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed forward pass"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="ViT-B/16", help="registry name (see `vitkit models`)")
+    parser.add_argument("--batch-size", type=int, default=2)
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+
+    import vitkit
+    from vitkit.flops import count_flops, count_parameters
+
+    model = vitkit.create_model(args.model).eval()
+    config = model.config
+    flops = count_flops(model, (config.in_chans, *config.img_size))
+    x = torch.randn(args.batch_size, config.in_chans, *config.img_size)
+    with torch.no_grad():
+        start = time.perf_counter()
+        logits = model(x)
+        seconds = time.perf_counter() - start
+    print(f"{args.model}: {count_parameters(model):,} parameters, {flops / 1e9:.2f} GFLOPs per image")
+    print(f"forward of {list(x.shape)} -> {list(logits.shape)} in {seconds:.2f} s ({args.batch_size / seconds:.1f} images/s)")
+    return 0
