@@ -133,22 +133,33 @@ class VisionTransformer(nn.Module):
         """Width of the vector the head reads (pre-logits when present)."""
         return self.config.representation_size or self.config.hidden_size
 
-    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
-        """Eq. 1: patch embeddings, class token prepended, position embeddings added."""
+    def patchify(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
+        """The patch embeddings x_p E of Eq. 1 (of the ResNet feature map for hybrids) and their grid."""
         self.check_input(x)
         if self.backbone is not None:
             x = self.backbone(x)
-        x, grid = self.patch_embed(x)
+        return self.patch_embed(x)
+
+    def add_position(self, patches: torch.Tensor, grid: Grid) -> torch.Tensor:
+        """The rest of Eq. 1: class token prepended, position embeddings added (then dropout, B.1)."""
         if self.cls_token is not None:
-            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        return self.pos_drop(self.pos_embed(x, grid)), grid
+            patches = torch.cat([self.cls_token.expand(patches.shape[0], -1, -1), patches], dim=1)
+        return self.pos_drop(self.pos_embed(patches, grid))
+
+    def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
+        """Eq. 1: z_0 from images."""
+        patches, grid = self.patchify(x)
+        return self.add_position(patches, grid), grid
+
+    def encode(self, z: torch.Tensor) -> torch.Tensor:
+        """Eq. 2-3 for every layer, then the LayerNorm of Eq. 4 on all tokens."""
+        for block in self.blocks:
+            z = checkpoint(block, z, use_reentrant=False)[0] if self.grad_checkpointing else block(z)[0]
+        return self.norm(z)
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
-        """Encoded, normalised token sequence [B, T, D] (Eq. 1-3 and the LayerNorm of Eq. 4)."""
-        x, _ = self.embed(x)
-        for block in self.blocks:
-            x = checkpoint(block, x, use_reentrant=False)[0] if self.grad_checkpointing else block(x)[0]
-        return self.norm(x)
+        """Encoded, normalised token sequence [B, T, D]."""
+        return self.encode(self.embed(x)[0])
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
         """Pool (class token, or mean for 'gap'), pre-logits, head."""
