@@ -1,0 +1,268 @@
+"""Batched image preprocessing on tensors: the paper's train augmentation and eval resize.
+
+Every per-sample random number (crop box, flip, RandAugment seed) comes from a counter-based
+hash of (seed, epoch, sample index, stream), so a sample is augmented identically whatever
+batch, rank or resume point it lands in. MixUp / CutMix mix samples *within* a batch and are
+therefore keyed per batch: (seed, epoch, first index of the batch).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torchvision.ops import roi_align
+from torchvision.transforms import v2
+
+CROPS = ("inception", "resize_crop", "none")
+# 'resize_crop' resizes to img_size * 8/7 before a random img_size crop (28 -> 32, 224 -> 256).
+RESIZE_CROP_RATIO = 8 / 7
+# Inception-crop area range: the paper's (0.08, 1) when the images are large, gentler on tiny ones
+# (28x28 Fashion-MNIST, 32x32 CIFAR) where an 8% crop is a handful of pixels.
+SCALE_LARGE = (0.08, 1.0)
+SCALE_SMALL = (0.25, 1.0)
+SMALL_IMAGE_SIDE = 64
+INCEPTION_ATTEMPTS = 10
+# Uniform streams per sample: (area, log-ratio) per inception attempt, then crop top, left, flip.
+TOP, LEFT, FLIP = 2 * INCEPTION_ATTEMPTS, 2 * INCEPTION_ATTEMPTS + 1, 2 * INCEPTION_ATTEMPTS + 2
+NUM_STREAMS = 2 * INCEPTION_ATTEMPTS + 3
+LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as PIL's "L" conversion
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def _signed(value: int) -> int:
+    """The int64 with the same 64 bits as an unsigned constant, so torch can hold it."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def splitmix64(value: int) -> int:
+    """SplitMix64 finaliser on a Python int: the reference the tensor version must equal."""
+    z = (value + _GOLDEN) & _MASK64
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    return z ^ (z >> 31)
+
+
+def splitmix64_tensor(x: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 on int64 tensors (wrapping multiply, logical shifts emulated by masking)."""
+    z = x + _signed(_GOLDEN)
+    z = (z ^ ((z >> 30) & ((1 << 34) - 1))) * _signed(_MIX1)
+    z = (z ^ ((z >> 27) & ((1 << 37) - 1))) * _signed(_MIX2)
+    return z ^ ((z >> 31) & ((1 << 33) - 1))
+
+
+def key(*parts: int) -> int:
+    """A 64-bit key chained from integers (seed, epoch, ...), as an unsigned Python int."""
+    h = 0
+    for part in parts:
+        h = splitmix64(h ^ (part & _MASK64))
+    return h
+
+
+def sample_keys(indices: torch.Tensor, *parts: int) -> torch.Tensor:
+    """int64 [N] keys of (parts..., sample index), e.g. (seed, epoch): roots of per-sample draws."""
+    return splitmix64_tensor(indices.to(torch.int64) ^ _signed(key(*parts)))
+
+
+def uniforms(keys: torch.Tensor, num_streams: int) -> torch.Tensor:
+    """float32 [N, num_streams] in [0, 1): stream s of sample n depends on keys[n] and s only."""
+    streams = torch.arange(num_streams, dtype=torch.int64, device=keys.device)
+    bits = splitmix64_tensor(keys[:, None] ^ splitmix64_tensor(streams)[None, :])
+    return ((bits >> 40) & ((1 << 24) - 1)).to(torch.float32) / float(1 << 24)
+
+
+def adapt_channels(x: torch.Tensor, in_chans: int | None) -> torch.Tensor:
+    """Match the model's input channels: grey repeated to RGB, RGB to luminance."""
+    c = x.shape[1]
+    if in_chans is None or in_chans == c:
+        return x
+    if c == 1:
+        return x.expand(-1, in_chans, -1, -1).contiguous()
+    if c == 3 and in_chans == 1:
+        weights = torch.tensor(LUMA, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+        return (x * weights).sum(1, keepdim=True)
+    raise ValueError(f"cannot adapt {c}-channel images to in_chans={in_chans} (supported: 1->N, 3->1)")
+
+
+def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
+    """(h, w) from an int or a pair."""
+    if isinstance(size, int):
+        return (size, size)
+    h, w = size
+    return (int(h), int(w))
+
+
+def _check_uint8(images: torch.Tensor) -> None:
+    """Both transforms take raw pixels, so that [0, 255] -> [-1, 1] is unambiguous."""
+    if images.dtype != torch.uint8 or images.ndim != 4:
+        raise ValueError(f"expected uint8 images [B, C, H, W], got {images.dtype} {tuple(images.shape)}")
+
+
+def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Bilinear resize with antialiasing (the paper resizes with tf.image.resize, bilinear)."""
+    if tuple(x.shape[-2:]) == size:
+        return x
+    return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
+
+
+def eval_transform(
+    images: torch.Tensor, img_size: int | tuple[int, int], in_chans: int | None = None
+) -> torch.Tensor:
+    """The paper's evaluation preprocessing: resize to the model size, values to [-1, 1]."""
+    _check_uint8(images)
+    size = _pair(img_size)
+    x = _resize(images.float(), size)
+    return adapt_channels(x / 127.5 - 1.0, in_chans)
+
+
+def inception_boxes(
+    u: torch.Tensor, height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float]
+) -> torch.Tensor:
+    """Crop boxes [B, 4] (x1, y1, x2, y2) as torchvision's RandomResizedCrop.get_params, batched.
+
+    u holds NUM_STREAMS uniforms per sample. The first of INCEPTION_ATTEMPTS (area, log-ratio) draws
+    that fits wins, placed with the TOP/LEFT draws; if none fits, the centred fallback crop.
+    """
+    n = INCEPTION_ATTEMPTS
+    area = height * width
+    target_area = area * (scale[0] + (scale[1] - scale[0]) * u[:, :n].double())
+    log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
+    aspect = torch.exp(log_lo + (log_hi - log_lo) * u[:, n : 2 * n].double())
+    w = torch.round(torch.sqrt(target_area * aspect))
+    h = torch.round(torch.sqrt(target_area / aspect))
+    fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
+    first = fits.to(torch.uint8).argmax(1, keepdim=True)
+    w = w.gather(1, first).squeeze(1)
+    h = h.gather(1, first).squeeze(1)
+    found = fits.any(1)
+
+    in_ratio = width / height
+    if in_ratio < min(ratio):
+        fw, fh = width, round(width / min(ratio))
+    elif in_ratio > max(ratio):
+        fw, fh = round(height * max(ratio)), height
+    else:
+        fw, fh = width, height
+    w = torch.where(found, w, torch.full_like(w, fw))
+    h = torch.where(found, h, torch.full_like(h, fh))
+    # randint(0, H - h + 1) from a uniform; the fallback is centred like torchvision's.
+    top = torch.where(found, torch.floor(u[:, TOP].double() * (height - h + 1)), (height - h) // 2)
+    left = torch.where(found, torch.floor(u[:, LEFT].double() * (width - w + 1)), (width - w) // 2)
+    return torch.stack([left, top, left + w, top + h], 1).float()
+
+
+class TrainTransform:
+    """The training augmentation, batched on tensors (any device) and keyed per sample.
+
+    crop: 'inception' (random area/aspect crop resized to img_size, the paper's pre-training
+    augmentation), 'resize_crop' (resize to img_size * 8/7, random img_size crop: the paper's
+    fine-tuning preprocessing) or 'none' (resize only). `scale` is the inception area range
+    (default (0.08, 1), or (0.25, 1) for inputs under 64 px), `ratio` its aspect range.
+    Then an optional horizontal flip, optional RandAugment (per sample, keyed like the crop;
+    a Python loop, so slower), values to [-1, 1], and optional MixUp / CutMix (one draw per
+    batch from torch's RNG seeded with (seed, epoch, first index of the batch): reproducible
+    for the same batch composition, i.e. the same world size, unlike the per-sample draws).
+    """
+
+    def __init__(
+        self,
+        img_size: int | tuple[int, int],
+        *,
+        crop: str = "inception",
+        flip: bool = True,
+        seed: int = 0,
+        randaugment: bool = False,
+        mixup: float = 0.0,
+        cutmix: float = 0.0,
+        num_classes: int | None = None,
+        in_chans: int | None = None,
+        scale: tuple[float, float] | None = None,
+        ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    ) -> None:
+        if crop not in CROPS:
+            raise ValueError(f"crop must be one of {CROPS}, got {crop!r}")
+        if (mixup > 0 or cutmix > 0) and num_classes is None:
+            raise ValueError("mixup/cutmix need num_classes to build soft labels")
+        if scale is not None and not 0 < scale[0] <= scale[1] <= 1:
+            raise ValueError(f"scale must satisfy 0 < lo <= hi <= 1, got {scale}")
+        if not 0 < ratio[0] <= ratio[1]:
+            raise ValueError(f"ratio must satisfy 0 < lo <= hi, got {ratio}")
+        self.img_size = _pair(img_size)
+        self.crop = crop
+        self.flip = flip
+        self.seed = seed
+        self.in_chans = in_chans
+        self.scale = scale
+        self.ratio = ratio
+        self.randaugment = v2.RandAugment() if randaugment else None
+        mixers = []
+        if mixup > 0:
+            mixers.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
+        if cutmix > 0:
+            mixers.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
+        self.mix = None if not mixers else mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, epoch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """uint8 [B, C, H, W] -> float32 [B, in_chans, h, w] in [-1, 1], labels (soft with mix)."""
+        _check_uint8(images)
+        if not (labels.shape[0] == indices.shape[0] == images.shape[0]):
+            raise ValueError(
+                f"images, labels and indices must share the batch size, got "
+                f"{images.shape[0]}, {labels.shape[0]}, {indices.shape[0]}"
+            )
+        keys = sample_keys(indices.to(images.device), self.seed, epoch)
+        u = uniforms(keys, NUM_STREAMS)
+        x = self._crop(images, u)
+        if self.flip:
+            x = torch.where((u[:, FLIP] < 0.5).view(-1, 1, 1, 1), x.flip(-1), x)
+        x = adapt_channels(x, self.in_chans)
+        if self.randaugment is not None:
+            x = self._randaugment(x, keys)
+        x = x / 127.5 - 1.0
+        if self.mix is not None:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(key(self.seed, epoch, int(indices[0])) >> 1)
+                x, labels = self.mix(x, labels)
+        return x, labels
+
+    def _crop(self, images: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """Float [0, 255] crops at img_size, the whole batch in one call."""
+        x = images.float()
+        out_h, out_w = self.img_size
+        b, _, height, width = x.shape
+        if self.crop == "none":
+            return _resize(x, self.img_size)
+        if self.crop == "resize_crop":
+            big_h, big_w = round(out_h * RESIZE_CROP_RATIO), round(out_w * RESIZE_CROP_RATIO)
+            x = _resize(x, (big_h, big_w))
+            top = torch.floor(u[:, TOP] * (big_h - out_h + 1)).long()
+            left = torch.floor(u[:, LEFT] * (big_w - out_w + 1)).long()
+            rows = (top[:, None] + torch.arange(out_h, device=x.device))[:, None, :, None]
+            cols = (left[:, None] + torch.arange(out_w, device=x.device))[:, None, None, :]
+            batch = torch.arange(b, device=x.device)[:, None, None, None]
+            chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+            return x[batch, chans, rows, cols]
+        default = SCALE_SMALL if min(height, width) < SMALL_IMAGE_SIDE else SCALE_LARGE
+        boxes = inception_boxes(u, height, width, self.scale or default, self.ratio)
+        rois = torch.cat([torch.arange(b, device=x.device, dtype=x.dtype)[:, None], boxes.to(x)], 1)
+        # aligned=True puts pixel k's centre at k + 0.5, so the box (0, 0, W, H) covers the image
+        # exactly; adaptive sampling averages ceil(box/out) points per output pixel (antialias).
+        return roi_align(
+            x, rois, output_size=(out_h, out_w), spatial_scale=1.0, sampling_ratio=-1, aligned=True
+        )
+
+    def _randaugment(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+        """RandAugment per sample on [0, 255] floats, torch's RNG seeded from the sample's key."""
+        out = torch.empty_like(x)
+        with torch.random.fork_rng(devices=[]):
+            for row, k in enumerate(keys.tolist()):
+                torch.manual_seed(k & ((1 << 63) - 1))
+                out[row] = self.randaugment(x[row] / 255.0) * 255.0
+        return out

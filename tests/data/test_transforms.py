@@ -1,0 +1,148 @@
+"""Transforms: per-sample keyed randomness, the paper's crops, value range, eval preprocessing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torchvision.transforms import RandomResizedCrop
+
+from vitkit.data import TrainTransform, eval_transform, load_dataset
+from vitkit.data.transforms import inception_boxes, splitmix64, splitmix64_tensor, uniforms
+
+
+@pytest.fixture(scope="module")
+def fashion():
+    return load_dataset("fashion_mnist", "train", subset="embedded")
+
+
+@pytest.fixture(scope="module")
+def batch(fashion):
+    indices = torch.arange(100, 132) * 7
+    return fashion.images[indices], fashion.labels[indices], indices
+
+
+def test_tensor_hash_equals_reference_splitmix64():
+    values = [0, 1, 2, 12345, 2**31, 2**62 + 17, 2**63 - 1, -1, -(2**63)]
+    got = splitmix64_tensor(torch.tensor(values, dtype=torch.int64)).tolist()
+    assert [g & (2**64 - 1) for g in got] == [splitmix64(v & (2**64 - 1)) for v in values]
+
+
+def test_uniforms_are_in_unit_interval_and_spread():
+    u = uniforms(torch.arange(4096, dtype=torch.int64), 3)
+    assert u.shape == (4096, 3) and u.dtype == torch.float32
+    assert float(u.min()) >= 0 and float(u.max()) < 1
+    assert u.mean().item() == pytest.approx(0.5, abs=0.02)
+    assert abs(torch.corrcoef(u.T)[0, 1].item()) < 0.05
+
+
+@pytest.mark.parametrize("crop", ["inception", "resize_crop", "none"])
+def test_sample_augmentation_is_independent_of_batch_composition(batch, crop):
+    images, labels, indices = batch
+    transform = TrainTransform(28, crop=crop, seed=3)
+    full, _ = transform(images, labels, indices, epoch=2)
+    order = torch.randperm(len(indices), generator=torch.Generator().manual_seed(0))
+    permuted, permuted_labels = transform(images[order], labels[order], indices[order], epoch=2)
+    assert torch.allclose(permuted, full[order], atol=1e-6) and torch.equal(permuted_labels, labels[order])
+    sub, _ = transform(images[5:8], labels[5:8], indices[5:8], epoch=2)
+    assert torch.allclose(sub, full[5:8], atol=1e-6)
+    other_epoch, _ = transform(images, labels, indices, epoch=3)
+    other_seed, _ = TrainTransform(28, crop=crop, seed=4)(images, labels, indices, epoch=2)
+    for other in (other_epoch, other_seed):
+        changed = (other - full).abs().flatten(1).amax(1) > 1e-3
+        assert changed.float().mean() > 0.3  # flip alone changes ~half; crops change nearly all
+
+
+@pytest.mark.parametrize("crop", ["inception", "resize_crop", "none"])
+@pytest.mark.parametrize("img_size, in_chans", [(28, None), (32, 3), ((24, 16), 1)])
+def test_output_shape_dtype_and_range(batch, crop, img_size, in_chans):
+    images, labels, indices = batch
+    x, y = TrainTransform(img_size, crop=crop, in_chans=in_chans)(images, labels, indices, 0)
+    h, w = (img_size, img_size) if isinstance(img_size, int) else img_size
+    assert x.shape == (32, in_chans or 1, h, w) and x.dtype == torch.float32
+    assert float(x.min()) >= -1 and float(x.max()) <= 1 and float(x.min()) < -0.99
+    assert torch.equal(y, labels)
+
+
+def test_full_box_inception_crop_is_a_plain_bilinear_resize(batch):
+    # scale=(1, 1), ratio=(1, 1) on a square image always picks the whole image. roi_align with
+    # aligned=True samples output pixel x at (x + 0.5) * 28/40 - 0.5, the align_corners=False
+    # grid of F.interpolate; when upsampling it takes ceil(28/40) = 1 sample per output pixel, so
+    # it is exactly bilinear interpolation (same edge clamping), up to float rounding.
+    images, labels, indices = batch
+    transform = TrainTransform(40, crop="inception", scale=(1.0, 1.0), ratio=(1.0, 1.0), flip=False)
+    x, _ = transform(images, labels, indices, 0)
+    resized = F.interpolate(images.float(), size=(40, 40), mode="bilinear", align_corners=False)
+    assert torch.allclose(x, resized / 127.5 - 1, atol=1e-5)
+
+
+def test_inception_boxes_follow_random_resized_crop_rules():
+    u = uniforms(torch.arange(2000, dtype=torch.int64), 23)
+    boxes = inception_boxes(u.clone(), 224, 160, (0.08, 1.0), (3 / 4, 4 / 3))
+    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
+    assert (boxes[:, :2] >= 0).all() and (boxes[:, 2] <= 160).all() and (boxes[:, 3] <= 224).all()
+    assert (w * h >= 0.08 * 224 * 160 * 0.95).all()
+    log_ratio = torch.log(w / h)
+    assert (log_ratio.abs() <= math.log(4 / 3) + 0.05).all()
+    assert (boxes == boxes.round()).all()  # integer pixel boxes, as torchvision's
+    # A ratio no attempt can meet falls back to torchvision's centred crop clamped to the range.
+    top, left, height, width = RandomResizedCrop.get_params(torch.zeros(1, 30, 30), [0.5, 1.0], [10.0, 20.0])
+    fallback = inception_boxes(u[:4], 30, 30, (0.5, 1.0), (10.0, 20.0))
+    assert fallback.tolist() == [[left, top, left + width, top + height]] * 4
+
+
+def test_resize_crop_is_a_window_of_the_8_7_resize(batch):
+    images, labels, indices = batch
+    x, _ = TrainTransform(28, crop="resize_crop", flip=False)(images, labels, indices, 0)
+    big = F.interpolate(images.float(), size=(32, 32), mode="bilinear", antialias=True) / 127.5 - 1
+    windows = big.unfold(2, 28, 1).unfold(3, 28, 1)  # [B, C, 5, 5, 28, 28]
+    error = (windows - x[:, :, None, None]).abs().amax((1, 4, 5)).flatten(1).amin(1)
+    assert (error < 1e-6).all()
+
+
+def test_flip_mirrors_about_half_the_samples(fashion):
+    indices = torch.arange(400)
+    images = fashion.images[indices]
+    x, _ = TrainTransform(28, crop="none", flip=True)(images, fashion.labels[indices], indices, 0)
+    plain = images.float() / 127.5 - 1
+    flipped = (x - plain.flip(-1)).abs().flatten(1).amax(1) < 1e-6
+    unflipped = (x - plain).abs().flatten(1).amax(1) < 1e-6
+    assert (flipped | unflipped).all() and 150 < int(flipped.sum()) < 250
+
+
+def test_randaugment_is_keyed_per_sample(batch):
+    images, labels, indices = batch
+    transform = TrainTransform(28, crop="none", flip=False, randaugment=True)
+    x, _ = transform(images, labels, indices, 1)
+    sub, _ = transform(images[3:9], labels[3:9], indices[3:9], 1)
+    assert torch.allclose(sub, x[3:9]) and float(x.min()) >= -1 and float(x.max()) <= 1
+    assert not torch.allclose(x, TrainTransform(28, crop="none", flip=False)(images, labels, indices, 1)[0])
+
+
+def test_mixup_cutmix_give_reproducible_soft_labels(batch):
+    images, labels, indices = batch
+    transform = TrainTransform(28, mixup=0.8, cutmix=1.0, num_classes=10, in_chans=3)
+    x, y = transform(images, labels, indices, 0)
+    x2, y2 = transform(images, labels, indices, 0)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert x.shape == (32, 3, 28, 28) and y.shape == (32, 10) and y.dtype == torch.float32
+    assert torch.allclose(y.sum(1), torch.ones(32)) and (y.amax(1) < 1).any()
+    state = torch.get_rng_state()
+    transform(images, labels, indices, 0)
+    assert torch.equal(state, torch.get_rng_state())  # the global RNG is left untouched
+    with pytest.raises(ValueError, match="num_classes"):
+        TrainTransform(28, mixup=0.2)
+
+
+def test_eval_transform_values_size_and_channels():
+    images = torch.tensor([0, 255], dtype=torch.uint8).view(2, 1, 1, 1).expand(2, 1, 28, 28)
+    x = eval_transform(images, 28)
+    assert x.shape == (2, 1, 28, 28) and (x[0] == -1).all() and (x[1] == 1).all()
+    rgb = eval_transform(images, (32, 48), in_chans=3)
+    assert rgb.shape == (2, 3, 32, 48) and torch.allclose(rgb[1], torch.ones(3, 32, 48))
+    grey = eval_transform(images.expand(2, 3, 28, 28).contiguous(), 28, in_chans=1)
+    assert grey.shape == (2, 1, 28, 28) and torch.allclose(grey[1], torch.ones(1, 28, 28))
+    with pytest.raises(ValueError, match="uint8"):
+        eval_transform(images.float(), 28)
