@@ -1,0 +1,137 @@
+"""`vitkit inspect --weights W --images PATH... --out DIR`: the paper's Fig. 6/7/11 for any ViT, as PNGs,
+inspect.json and a self-contained report.html."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "draw the paper's figures (§4.5, D.7, D.8) for a model: filters, position embeddings, attention"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--weights", required=True, help="weights in any format vitkit loads (e.g. a run's final/)"
+    )
+    parser.add_argument(
+        "--images",
+        required=True,
+        nargs="+",
+        metavar="PATH",
+        help="image files or directories (searched recursively)",
+    )
+    parser.add_argument(
+        "--out", required=True, help="output directory for the PNGs, inspect.json and report.html"
+    )
+    parser.add_argument(
+        "--max-images",
+        type=int,
+        default=128,
+        help="images used for the attention distance (paper: 128; default 128)",
+    )
+    parser.add_argument(
+        "--rollout-images", type=int, default=8, help="images shown with their rollout (default 8)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        help="images per forward pass (default: as many as keep the attention maps within ~1 GiB, at most 16)",
+    )
+    parser.add_argument(
+        "--prefix-keys",
+        choices=("renormalise", "zero"),
+        default="renormalise",
+        help="attention distance: drop the class token and renormalise over patches (default), or count it as 0",
+    )
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+
+
+def load_model(path: str):
+    """Any format through `vitkit.load_weights`; a vitkit directory (config.json + model.safetensors) directly
+    when that loader is not available."""
+    import vitkit
+
+    loader = getattr(vitkit, "load_weights", None)
+    if loader is None:
+        try:
+            from vitkit.weights import load_weights as loader  # type: ignore[no-redef]
+        except ImportError:
+            loader = None
+    if loader is not None:
+        model = loader(path)
+        return model[0] if isinstance(model, tuple) else model
+    from vitkit.models import build_model, config_from_dict
+    from vitkit.weights.store import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_config
+
+    directory = Path(path)
+    if directory.is_file() and directory.name in (CONFIG_NAME, WEIGHTS_NAME):
+        directory = directory.parent
+    if not directory.exists():
+        raise FileNotFoundError(f"{path}: no such weights file or directory")
+    model = build_model(config_from_dict(read_config(directory)))
+    model.load_state_dict(load_state_dict(directory / WEIGHTS_NAME))
+    return model
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from vitkit.inspect.figures import write_figures
+    from vitkit.inspect.images import preprocess, read_images
+    from vitkit.inspect.probe import inspect_model, summary_json
+    from vitkit.inspect.report import write_report
+
+    for name in ("max_images", "rollout_images", "batch_size"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "rollout_images" else 1):
+            raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+    model = load_model(args.weights)
+    if not hasattr(model, "forward_attention"):
+        raise ValueError(
+            f"{args.weights}: a {type(model).__name__} has no attention to inspect; inspect needs a ViT"
+        )
+    model = model.to(torch.device(args.device)).eval()
+    cfg = model.config
+
+    arrays, names, skipped = read_images(args.images, limit=args.max_images)
+    for s in skipped:
+        print(f"vitkit inspect: skipping {s['path']}: {s['reason']}", file=sys.stderr)
+    if not arrays:
+        raise ValueError("no readable image among --images " + " ".join(args.images))
+    images = preprocess(arrays, cfg.img_size, cfg.in_chans)
+
+    result = inspect_model(
+        model,
+        images,
+        batch_size=args.batch_size,
+        rollout_images=args.rollout_images,
+        prefix_keys=args.prefix_keys,
+    )
+    result["rollout_names"] = [Path(n).name for n in names]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    figures = write_figures(result, out)
+    summary = summary_json(
+        result,
+        cfg.to_dict(),
+        weights=str(args.weights),
+        images=names,
+        skipped=skipped,
+        rollout_images=names[: args.rollout_images],
+        figures={k: p.name for k, p in figures.items()},
+    )
+    (out / "inspect.json").write_text(json.dumps(summary, indent=2) + "\n")
+    report = write_report(
+        out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}"
+    )
+    per_layer = summary["mean_attention_distance_per_layer"]
+    print(
+        f"{len(names)} image(s), {len(skipped)} skipped; mean attention distance per layer (pixels): "
+        + " ".join(f"{d:.1f}" for d in per_layer)
+    )
+    for p in [*figures.values(), out / "inspect.json", report]:
+        print(p)
+    return 0
