@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.models.config import ResNetConfig
+from vitkit.weights.store import SavePretrainedMixin
 
 SAME_TF = "same_tf"
 EXPANSION = 4  # bottleneck output channels per unit width
@@ -211,7 +212,7 @@ class ResNetV1(nn.Module):
         return dict(self._walk(x))
 
 
-class ResNetV2(nn.Module):
+class ResNetV2(SavePretrainedMixin, nn.Module):
     """BiT (Kolesnikov et al. 2020), the ResNet baseline of §4.1: pre-activation ResNet v2 with GN + WS.
 
     Stem: StdConv 7x7/2 (padding 3) -> zero pad 1 -> max-pool 3x3/2 (BiT's fixed stand-in for SAME); stages of

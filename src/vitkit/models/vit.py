@@ -21,6 +21,7 @@ from torchvision.ops import StochasticDepth
 from vitkit.models.config import ViTConfig
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
+from vitkit.weights.store import SavePretrainedMixin
 
 Grid = tuple[int, int]
 
@@ -102,7 +103,7 @@ class Block(nn.Module):
         return x, weights
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(SavePretrainedMixin, nn.Module):
     """ViT (and the hybrid: a ResNet v1 feature map embedded with 1x1 patches) built from a `ViTConfig`."""
 
     def __init__(self, config: ViTConfig) -> None:

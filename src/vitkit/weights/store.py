@@ -1,4 +1,8 @@
-"""vitkit's own weight directories (config.json + model.safetensors) and atomic file writes."""
+"""vitkit's own weight directories (config.json + model.safetensors) and atomic file writes.
+
+`save_pretrained` / `from_pretrained` round-trip a model bit for bit: the config as JSON, the tensors as
+safetensors (no pickle anywhere), each file written under a temporary name, fsynced and renamed into place.
+"""
 
 from __future__ import annotations
 
@@ -43,7 +47,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda tmp: Path(tmp).write_text(text))
 
 
-def save_state_dict(state_dict: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None) -> None:
+def save_state_dict(
+    state_dict: dict[str, torch.Tensor], path: str | os.PathLike, metadata: dict[str, str] | None = None
+) -> None:
     """Write tensors as safetensors, atomically (shared storage is cloned, safetensors refuses aliases)."""
     tensors = {k: v.detach().contiguous().clone() for k, v in state_dict.items()}
     atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
@@ -64,16 +70,57 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
     """Write `model.config` as config.json and the weights as model.safetensors into `directory`."""
     directory = Path(directory)
     config: Any = model.config
-    save_state_dict(model.state_dict(), directory / WEIGHTS_NAME, metadata={"format": "pt", "library": "vitkit"})
+    save_state_dict(
+        model.state_dict(), directory / WEIGHTS_NAME, metadata={"format": "pt", "library": "vitkit"}
+    )
     atomic_write_text(directory / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
     return directory
+
+
+def from_pretrained(
+    directory: str | os.PathLike, *, keep_pre_logits: bool = False, **overrides: Any
+) -> nn.Module:
+    """Rebuild a model written by `save_pretrained` (or a training run's `final/`), fine-tuning overrides too.
+
+    `img_size=` resamples position embeddings, `num_classes=K` swaps in a zero-initialised head (dropping the
+    pre-logits layer unless `keep_pre_logits`); see `vitkit.load_weights`.
+    """
+    from vitkit.models.config import config_from_dict
+    from vitkit.weights.build import instantiate
+
+    directory = resolve_directory(directory)
+    config = config_from_dict(read_config(directory))
+    weights = directory / WEIGHTS_NAME
+    return instantiate(
+        config, load_state_dict(weights), str(weights), keep_pre_logits=keep_pre_logits, **overrides
+    )
+
+
+def resolve_directory(directory: str | os.PathLike) -> Path:
+    """A save_pretrained directory, or a training run directory whose `final/` is one."""
+    directory = Path(directory)
+    if (directory / "final" / CONFIG_NAME).is_file():
+        return directory / "final"
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such directory")
+    return directory
+
+
+class SavePretrainedMixin:
+    """Gives models `model.save_pretrained(directory)`; read back with `vitkit.from_pretrained(directory)`."""
+
+    def save_pretrained(self, directory: str | os.PathLike) -> Path:
+        """Write config.json + model.safetensors atomically into `directory`."""
+        return save_pretrained(self, directory)  # type: ignore[arg-type]
 
 
 def read_config(directory: str | os.PathLike) -> dict[str, Any]:
     """The config.json of a save_pretrained directory, as a dict."""
     path = Path(directory) / CONFIG_NAME
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: missing; a vitkit weights directory holds {CONFIG_NAME} and {WEIGHTS_NAME}")
+        raise FileNotFoundError(
+            f"{path}: missing; a vitkit weights directory holds {CONFIG_NAME} and {WEIGHTS_NAME}"
+        )
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:

@@ -1,0 +1,62 @@
+"""`vitkit convert SRC DST --to {vitkit,timm,hf,npz}`: weights between vitkit, timm, transformers, JAX."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "convert weights between vitkit, timm, transformers and the official JAX .npz layout"
+TARGETS = ("vitkit", "timm", "hf", "npz")
+SOURCE_FORMATS = ("npz", "vitkit", "timm", "hf")
+_PICKLE_SUFFIXES = (".pth", ".pt", ".bin")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "src",
+        help="official .npz, vitkit or transformers directory, training run directory, "
+        "or a timm/transformers/vitkit state dict (.safetensors, .pth, .bin)",
+    )
+    parser.add_argument(
+        "dst", help="vitkit/hf: a directory; timm: a .safetensors (or .pth) file; npz: a file"
+    )
+    parser.add_argument("--to", required=True, choices=TARGETS, help="target format")
+    parser.add_argument("--format", choices=SOURCE_FORMATS, help="source format, when the file does not say")
+    parser.add_argument("--img-size", type=int, help="resample the position embedding to this resolution")
+    parser.add_argument("--num-classes", type=int, help="replace the head by a zero-initialised one")
+    parser.add_argument(
+        "--keep-pre-logits", action="store_true", help="keep the pre-logits layer with --num-classes"
+    )
+    parser.add_argument(
+        "--layout",
+        choices=("linen", "legacy"),
+        default="linen",
+        help="npz key layout: current Flax (linen) or that of the published checkpoints (legacy)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from vitkit.weights import export_npz, load_weights, save_pretrained, to_hf, to_timm
+    from vitkit.weights.mapping import describe
+    from vitkit.weights.store import atomic_write, save_state_dict
+
+    overrides = {
+        k: v for k, v in (("img_size", args.img_size), ("num_classes", args.num_classes)) if v is not None
+    }
+    model = load_weights(args.src, format=args.format, keep_pre_logits=args.keep_pre_logits, **overrides)
+    if args.to == "vitkit":
+        save_pretrained(model, args.dst)
+    elif args.to == "npz":
+        export_npz(model, args.dst, layout=args.layout)
+    elif args.to == "timm":
+        state = to_timm(model).state_dict()
+        if args.dst.endswith(_PICKLE_SUFFIXES):
+            tensors = {k: v.detach().clone() for k, v in state.items()}
+            atomic_write(args.dst, lambda tmp: torch.save(tensors, tmp))
+        else:
+            save_state_dict(state, args.dst, metadata={"format": "pt", "library": "timm"})
+    else:
+        to_hf(model).save_pretrained(args.dst)
+    print(f"{args.src} -> {args.dst} ({args.to}): {type(model).__name__} {describe(model.config)}")
+    return 0

@@ -1,0 +1,191 @@
+"""transformers' ViT (`ViTModel`, `ViTForImageClassification`), both ways.
+
+What transformers can and cannot hold:
+
+* The class-token classifier only: `ViTForImageClassification` reads `last_hidden_state[:, 0]` (after the
+  final LayerNorm) and has no pooling option, so a GAP model is refused.
+* No hybrid: transformers v5 has no R50+ViT model (ViTHybrid was removed), so hybrids are refused.
+* Pre-logits: `ViTModel`'s pooler is exactly the representation layer (Dense + tanh on the normalised class
+  token). A vitkit model with pre-logits and no head becomes a `ViTModel` whose `pooler_output` is the vitkit
+  output; with pre-logits *and* a head there is no transformers model that applies both, so it is refused
+  (fine-tune with `num_classes=K`, which drops the pre-logits as the paper does, or use `num_classes=0`).
+* LayerNorm epsilon (transformers' default 1e-12, the official 1e-6) and GELU flavour travel in the config:
+  `layer_norm_eps`, and `hidden_act` 'gelu' (erf) or 'gelu_pytorch_tanh'.
+
+State dicts with the transformers 4.x names (`encoder.layer.N.attention.attention.query`, ...) are renamed to
+the 5.x names first, as transformers itself does. transformers is imported only inside `from_hf` / `to_hf`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitkit.models.config import ViTConfig
+from vitkit.weights.build import load_vitkit_state
+from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
+
+HF_EPS = 1e-12  # transformers' ViTConfig default
+_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+# transformers names of the same two functions (gelu_new / gelu_fast are the tanh formula written out)
+_FROM_HF_ACT = {
+    "gelu": "gelu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu_fast": "gelu_tanh",
+}
+# transformers 4.x -> 5.x names inside the encoder, in the order transformers applies them
+_V4_NAMES = (
+    ("encoder.layer.", "layers."),
+    ("attention.attention.query", "attention.q_proj"),
+    ("attention.attention.key", "attention.k_proj"),
+    ("attention.attention.value", "attention.v_proj"),
+    ("attention.output.dense", "attention.o_proj"),
+    ("intermediate.dense", "mlp.fc1"),
+    ("output.dense", "mlp.fc2"),
+)
+_IGNORED = ("embeddings.mask_token",)  # masked-image-modelling input, unused by the classifier
+CLASSIFIER_PREFIX = "vit."
+
+
+def _table(prefix: str) -> Table:
+    layer = prefix + "layers.{i}."
+    attn = layer + "attention."
+    return Table(
+        "transformers",
+        [
+            *linear("patch_embed.proj", prefix + "embeddings.patch_embeddings.projection."),
+            Rule.of("cls_token", prefix + "embeddings.cls_token"),
+            Rule.of("pos_embed.weight", prefix + "embeddings.position_embeddings"),
+            *linear("blocks.{i}.norm1", layer + "layernorm_before."),
+            Rule.of("blocks.{i}.attn.qkv.weight", [attn + f"{n}_proj.weight" for n in "qkv"], SPLIT_QKV),
+            Rule.of("blocks.{i}.attn.qkv.bias", [attn + f"{n}_proj.bias" for n in "qkv"], SPLIT_QKV),
+            *linear("blocks.{i}.attn.proj", attn + "o_proj."),
+            *linear("blocks.{i}.norm2", layer + "layernorm_after."),
+            *linear("blocks.{i}.mlp.fc1", layer + "mlp.fc1."),
+            *linear("blocks.{i}.mlp.fc2", layer + "mlp.fc2."),
+            *linear("norm", prefix + "layernorm."),
+            *linear("pre_logits.fc", prefix + "pooler.dense."),
+            *linear("head", "classifier."),
+        ],
+    )
+
+
+TABLES = {prefix: _table(prefix) for prefix in ("", CLASSIFIER_PREFIX)}
+
+
+def modern_names(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """transformers 4.x key names -> 5.x (5.x names pass unchanged); mask tokens dropped."""
+    out = {}
+    for key, value in state.items():
+        if key.endswith(_IGNORED):
+            continue
+        if ".encoder.layer." in f".{key}":
+            for old, new in _V4_NAMES:
+                key = key.replace(old, new)
+        out[key] = value
+    return out
+
+
+def hints_from_config(config: Any, source: str) -> dict[str, Any]:
+    """Facts of a transformers ViTConfig (object or config.json dict) that the tensors do not carry."""
+    get = config.get if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
+    act = get("hidden_act", "gelu")
+    if act not in _FROM_HF_ACT:
+        raise ValueError(
+            f"{source}: hidden_act {act!r} has no vitkit equivalent (expected one of {sorted(_FROM_HF_ACT)})"
+        )
+    if not get("qkv_bias", True):
+        raise ValueError(f"{source}: qkv_bias=False; the ViT of the paper has biases on q, k and v")
+    if get("pooler_act", "tanh") != "tanh":
+        raise ValueError(f"{source}: pooler_act {get('pooler_act')!r}; the pre-logits layer is Dense + tanh")
+    image = get("image_size", 224)
+    return dict(
+        num_heads=get("num_attention_heads"),
+        activation=_FROM_HF_ACT[act],
+        layer_norm_eps=get("layer_norm_eps", HF_EPS),
+        img_size=image,
+    )
+
+
+def load_hf_state(
+    state: Mapping[str, torch.Tensor],
+    source: str,
+    *,
+    hints: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> nn.Module:
+    """A vitkit model from a transformers ViT state dict (ViTModel / ViTForImageClassification, 4.x / 5.x)."""
+    state = modern_names(state)
+    prefix = CLASSIFIER_PREFIX if any(k.startswith(CLASSIFIER_PREFIX) for k in state) else ""
+    converted = TABLES[prefix].to_vitkit(state, source)
+    hints = {"activation": "gelu", "layer_norm_eps": HF_EPS, **{k: v for k, v in (hints or {}).items() if v}}
+    return load_vitkit_state(converted, source, hints=hints, **options)
+
+
+def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> nn.Module:
+    """A vitkit VisionTransformer computing what a transformers ViTModel / ViTForImageClassification computes.
+
+    ViTModel gives a head-less vitkit model whose output is `pooler_output` (with a pooler: the pre-logits
+    layer) or the normalised class token (without); ViTForImageClassification gives the classifier.
+    """
+    name = type(hf_model).__name__
+    if name not in ("ViTModel", "ViTForImageClassification"):
+        raise ValueError(f"from_hf expects a transformers ViTModel or ViTForImageClassification, got {name}")
+    where = f"transformers {name}"
+    hints = hints_from_config(hf_model.config, where)
+    state = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    return load_hf_state(state, where, hints=hints, keep_pre_logits=keep_pre_logits, **overrides)
+
+
+def to_hf(model: nn.Module) -> nn.Module:
+    """The same network in transformers (eval mode): ViTForImageClassification, or ViTModel when head-less."""
+    from transformers import ViTConfig as HFConfig
+    from transformers import ViTForImageClassification, ViTModel
+
+    config = getattr(model, "config", None)
+    if not isinstance(config, ViTConfig):
+        raise ValueError(f"to_hf expects a vitkit VisionTransformer, got {type(model).__name__}")
+    problems = []
+    if config.classifier != "token":
+        problems.append(
+            f"classifier {config.classifier!r}: transformers' ViT always classifies from the class token"
+        )
+    if config.resnet_layers is not None:
+        problems.append("a ResNet hybrid: transformers 5 has no hybrid ViT (ViTHybrid was removed)")
+    if config.pos_embed != "learned":
+        problems.append(f"pos_embed {config.pos_embed!r}: transformers' ViT has a learned 1-D table")
+    if config.representation_size and config.num_classes:
+        problems.append(
+            "pre-logits and a head together: ViTForImageClassification skips the pooler; use "
+            "num_classes=K (drops pre-logits, §3.2) or num_classes=0 (a ViTModel with the pooler)"
+        )
+    if problems:
+        raise ValueError("to_hf: cannot represent this model in transformers: " + "; ".join(problems))
+    hf_config = HFConfig(
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.depth,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.mlp_dim,
+        hidden_act=_TO_HF_ACT[config.activation],
+        hidden_dropout_prob=config.dropout,
+        attention_probs_dropout_prob=config.attention_dropout,
+        layer_norm_eps=config.layer_norm_eps,
+        image_size=list(config.img_size),
+        patch_size=list(config.patch_size),
+        num_channels=config.in_chans,
+        qkv_bias=True,
+        pooler_output_size=config.representation_size,
+        pooler_act="tanh",
+        num_labels=max(config.num_classes, 1),
+    )
+    if config.num_classes:
+        hf_model, prefix = ViTForImageClassification(hf_config), CLASSIFIER_PREFIX
+    else:
+        hf_model, prefix = ViTModel(hf_config, add_pooling_layer=bool(config.representation_size)), ""
+    converted = TABLES[prefix].from_vitkit(model.state_dict(), "to_hf")
+    hf_model.load_state_dict(converted.tensors, strict=True)
+    return hf_model.eval()
