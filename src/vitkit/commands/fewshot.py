@@ -1,0 +1,107 @@
+"""`vitkit fewshot --weights W`: k-shot linear (least-squares) accuracy of frozen pre-logits features."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+HELP = "few-shot linear evaluation (closed-form ridge on frozen pre-logits features), mean/std over seeds"
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not v > 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected positive numbers, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--weights", required=True, help="weights: any format vitkit.load_weights reads, run directories too"
+    )
+    parser.add_argument("--data", default="fashion_mnist", help="dataset name or ImageFolder directory")
+    parser.add_argument("--data-dir", default=None, help="where the named dataset's files are")
+    parser.add_argument(
+        "--shots", type=_int_list, default=[1, 5, 10, 25], help="comma-separated (default 1,5,10,25)"
+    )
+    parser.add_argument("--seeds", type=_positive, default=3, help="number of sampled subsets (seeds 0..n-1)")
+    parser.add_argument(
+        "--l2", type=_float_list, default=[1024.0],
+        help="ridge regularisation; comma-separated values share one eigendecomposition (default 1024)",
+    )
+    parser.add_argument("--num-test", type=_positive, default=None, help="cap on test images (fixed subset)")
+    parser.add_argument("--batch-size", type=_positive, default=256, help="feature-extraction batch size")
+    parser.add_argument("--device", default="cpu", help="torch device for feature extraction")
+    parser.add_argument("--out", default=None, help="write the results as JSON to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from vitkit import load_weights
+    from vitkit.data import load_dataset
+    from vitkit.evaluate.fewshot import FewShotEvaluator
+
+    model = load_weights(args.weights)
+    model.to(torch.device(args.device))
+    train = load_dataset(args.data, "train", data_dir=args.data_dir)
+    test = load_dataset(args.data, "test", data_dir=args.data_dir)
+    evaluator = FewShotEvaluator(
+        train, test, shots=args.shots, seeds=args.seeds, l2=args.l2, num_test=args.num_test,
+        batch_size=args.batch_size,
+    )
+    start = time.perf_counter()
+    report = evaluator.evaluate(model)
+    total = time.perf_counter() - start
+    report = {
+        "weights": str(args.weights),
+        "data": args.data,
+        "train_source": train.source,
+        "test_source": test.source,
+        **report,
+        "total_seconds": total,
+    }
+
+    print(f"train: {train.source}")
+    print(f"test:  {test.source} ({report['num_test']} images used)")
+    print(
+        f"features: dim {report['feature_dim']}, {report['num_train_images']} train + "
+        f"{report['num_test']} test images in {report['extract_seconds']:.2f}s; "
+        f"l2 {report['l2']:g}; seeds {report['seeds']}"
+    )
+    print(f"{'shots':>5}  {'mean':>7}  {'std':>7}  {'solve (s)':>9}  runs")
+    for k, entry in report["shots"].items():
+        runs = " ".join(f"{r:.4f}" for r in entry["runs"])
+        solve = report["solve_seconds"][k]
+        print(f"{k:>5}  {entry['mean']:>7.4f}  {entry['std']:>7.4f}  {solve:>9.4f}  {runs}")
+    for l2, per_shot in report.get("by_l2", {}).items():
+        means = "  ".join(f"{k}-shot {e['mean']:.4f}" for k, e in per_shot.items())
+        print(f"l2 {float(l2):g}: {means}")
+    if args.out:
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.out}")
+    return 0
