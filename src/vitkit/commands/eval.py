@@ -1,0 +1,39 @@
+"""`vitkit eval --weights W`: top-1 / top-5 accuracy on a test split and a confusion-matrix PNG."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "evaluate weights on a dataset split: top-1, top-5, loss and a confusion-matrix PNG"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file"
+    )
+    parser.add_argument("--data", default="fashion_mnist", help="dataset name or ImageFolder root")
+    parser.add_argument("--data-dir", help="where the named dataset lives")
+    parser.add_argument("--split", default="test", choices=("train", "test"))
+    parser.add_argument("--on-corrupt", default="stop", choices=("stop", "skip"), help="corrupt ImageFolder images")
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
+    parser.add_argument("--confusion", default="confusion_matrix.png", help="where to write the confusion matrix PNG")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitkit import load_weights
+    from vitkit.data import load_dataset
+    from vitkit.evaluate import evaluate
+    from vitkit.train.engine import mixed_precision, resolve_device
+    from vitkit.train.report import plot_confusion
+
+    dataset = load_dataset(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt)
+    device = resolve_device(args.device)
+    model = load_weights(args.weights).to(device)
+    autocast = mixed_precision("auto", device)
+    result = evaluate(model, dataset, batch_size=args.batch_size, device=device, autocast_dtype=autocast)
+    path = plot_confusion(result.confusion, dataset.classes, args.confusion, f"{args.weights} on {dataset.source}")
+    print(f"{dataset.source} ({args.split}, {result.count} images)")
+    print(f"top-1 {100 * result.top1:.2f}%  top-5 {100 * result.top5:.2f}%  loss {result.loss:.4f}")
+    print(f"confusion matrix: {path}")
+    return 0

@@ -1,0 +1,24 @@
+"""`vitkit finetune --weights W`: the paper's fine-tuning (§3.2, B.1.1) through the same engine as `train`.
+
+Zero-initialised D x K head, optional higher resolution (`model.img_size=56`: position embeddings resampled),
+SGD with momentum 0.9, no weight decay, cosine decay, gradient clipping at 1, Polyak averaging.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from vitkit.commands import train
+
+HELP = "fine-tune any weights vitkit.load_weights reads (default: the paper's recipe on Fashion-MNIST)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file")
+    train.add_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitkit.config import finetune_defaults
+
+    return train.run_training(args, finetune_defaults(), "finetune", {"model.weights": args.weights})

@@ -1,0 +1,94 @@
+"""`vitkit train`: train from a TOML recipe (default: the five-minute Fashion-MNIST ViT), then evaluate.
+
+Also the shared front end of `vitkit finetune`: flags and overrides resolve into one RunConfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
+RUNS_DIR = "runs"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="TOML recipe with [model] [data] [optim] [train] (e.g. configs/*.toml)")
+    parser.add_argument("--out", help=f"run directory (default: {RUNS_DIR}/<recipe>-<time>)")
+    parser.add_argument("--steps", type=int, help="shorthand for train.steps=N")
+    parser.add_argument("--seed", type=int, help="shorthand for train.seed=S")
+    parser.add_argument("--checkpoint-every", type=int, help="shorthand for train.checkpoint_every=N")
+    parser.add_argument("--data-dir", help="shorthand for data.data_dir=DIR")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    parser.add_argument("overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vitkit.config import RunConfig
+
+    return run_training(args, RunConfig(), "fashion_mnist_vit_default", {})
+
+
+def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
+    """Resolve the recipe, train, and print test accuracy and the run directory (train and finetune)."""
+    from vitkit.config import load_config
+    from vitkit.train import NonFiniteLoss, train
+
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out, the run directory to continue")
+    name = Path(args.config).stem if args.config else default_name
+    out = Path(args.out or f"{RUNS_DIR}/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    config = resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
+    if args.resume:
+        config = check_resume(out, config, given=bool(args.config or args.overrides or fixed or _flags(args)))
+    try:
+        report = train(config, out, resume=args.resume)
+    except NonFiniteLoss as error:
+        print(f"vitkit {args.command}: error: {error}", file=sys.stderr)
+        return 1
+    print(
+        f"test top-1 {100 * report['test_top1']:.2f}%  top-5 {100 * report['test_top5']:.2f}%  on "
+        f"{report['test_data']} ({report['test_images']} images); {report['steps']} steps in "
+        f"{report['wall_seconds']:.0f} s ({report['images_per_second']:.0f} img/s)"
+    )
+    print(f"run directory: {out}  (weights: {out}/final, report: {out}/report.json)")
+    return 0
+
+
+def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
+    """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides."""
+    from vitkit.config import apply_overrides, set_value
+
+    for key, value in {**fixed, **_flags(args)}.items():
+        set_value(config, key, value)
+    return apply_overrides(config, args.overrides).validate()
+
+
+def check_resume(out: Path, config: Any, given: bool) -> Any:
+    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact."""
+    from vitkit.config import load_config
+    from vitkit.train.engine import CONFIG_NAME
+
+    saved_path = out / CONFIG_NAME
+    if not saved_path.is_file():
+        raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
+    saved = load_config(saved_path).validate()
+    if given:
+        old, new = saved.to_dict(), config.to_dict()
+        changed = [f"{s}.{k}" for s in new for k in {**old[s], **new[s]} if old[s].get(k) != new[s].get(k)]
+        if changed:
+            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(changed)}")
+    return saved
+
+
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    flags = {
+        "train.steps": args.steps,
+        "train.seed": args.seed,
+        "train.checkpoint_every": args.checkpoint_every,
+        "data.data_dir": args.data_dir,
+    }
+    return {key: value for key, value in flags.items() if value is not None}

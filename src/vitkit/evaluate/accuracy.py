@@ -1,0 +1,78 @@
+"""Top-1 / top-5 accuracy, mean loss and the confusion matrix of a classifier on an in-memory split."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from vitkit.data import ImageDataset, eval_transform
+from vitkit.train.distributed import all_reduce_sum, world
+
+
+@dataclass
+class Accuracy:
+    """Evaluation result; `confusion[i, j]` counts images of class i predicted as class j."""
+
+    top1: float
+    top5: float
+    loss: float
+    confusion: torch.Tensor
+    count: int
+
+    def as_dict(self, prefix: str = "test_") -> dict[str, float]:
+        return {f"{prefix}top1": self.top1, f"{prefix}top5": self.top5, f"{prefix}loss": self.loss}
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    dataset: ImageDataset,
+    *,
+    batch_size: int = 500,
+    device: torch.device | str | None = None,
+    autocast_dtype: torch.dtype | None = None,
+) -> Accuracy:
+    """Evaluate with the paper's preprocessing (resize, [-1, 1]); each rank takes a slice, counts are summed."""
+    device = torch.device(device) if device is not None else next(model.parameters()).device
+    num_classes = len(dataset.classes)
+    model_classes = model.config.num_classes
+    if model_classes != num_classes:
+        raise ValueError(f"the model has {model_classes} classes, the dataset {dataset.source} has {num_classes}")
+    rank, world_size = world()
+    indices = torch.arange(len(dataset)).tensor_split(world_size)[rank]
+    img_size, in_chans = model.config.img_size, model.config.in_chans
+    autocast = (
+        torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
+    )
+    k = min(5, num_classes)
+    confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device)
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, top-5 hits
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in indices.split(batch_size):
+            x = eval_transform(dataset.images[chunk].to(device), img_size, in_chans)
+            y = dataset.labels[chunk].to(device)
+            with autocast:
+                logits = model(x).float()
+            sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
+            sums[1] += (logits.topk(k, dim=-1).indices == y[:, None]).any(-1).sum()
+            confusion += torch.bincount(y * num_classes + logits.argmax(-1), minlength=num_classes**2).view(
+                num_classes, num_classes
+            )
+    finally:
+        model.train(was_training)
+    all_reduce_sum(confusion)
+    all_reduce_sum(sums)
+    count = len(dataset)
+    return Accuracy(
+        top1=confusion.diagonal().sum().item() / count,
+        top5=sums[1].item() / count,
+        loss=sums[0].item() / count,
+        confusion=confusion.cpu(),
+        count=count,
+    )

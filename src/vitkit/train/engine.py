@@ -1,0 +1,267 @@
+"""The training loop, one for pre-training and fine-tuning (§3.2, Appendix B.1).
+
+Every source of randomness is a function of (seed, step, rank): the batch (global_batch_indices), its
+augmentation (keyed per sample), and dropout / drop-path (torch's generator reseeded each step). The learning
+rate is a function of the step. A checkpoint therefore only needs weights, optimizer, EMA and the step, and a
+resumed run ends bitwise identical to an uninterrupted one on the same machine and world size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from vitkit.config import RunConfig
+from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load_dataset, shard, steps_per_epoch
+from vitkit.evaluate import Accuracy, evaluate
+from vitkit.flops import count_parameters
+from vitkit.models.config import config_from_dict
+from vitkit.models.registry import build_model, create_model
+from vitkit.train import checkpoint as ckpt
+from vitkit.train import report
+from vitkit.train.averaging import ema_model
+from vitkit.train.distributed import all_reduce_mean, world
+from vitkit.train.objectives import classification_loss
+from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
+from vitkit.train.progress import Progress
+from vitkit.weights.store import atomic_write_text, read_config, save_pretrained
+
+CONFIG_NAME = "config.toml"
+FINAL_DIR = "final"
+
+
+class NonFiniteLoss(RuntimeError):
+    """The loss became NaN or inf: the run stops before the update, keeping the last good checkpoint."""
+
+
+def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False) -> dict[str, Any]:
+    """Train `config` into `run_dir` (continuing its latest checkpoint with `resume`); returns report.json."""
+    config.validate()
+    run_dir = Path(run_dir)
+    rank, world_size = world()
+    t = config.train
+    device = resolve_device(t.device)
+    if t.threads:
+        torch.set_num_threads(t.threads)
+    autocast_dtype = mixed_precision(t.precision, device)
+    per_rank = t.batch_size // world_size
+    micro = t.micro_batch_size or per_rank
+    if t.batch_size % world_size or per_rank % micro:
+        raise ValueError(
+            f"train.batch_size {t.batch_size} must split evenly over {world_size} rank(s) and then into "
+            f"micro-batches of train.micro_batch_size {t.micro_batch_size}"
+        )
+    checkpoint = prepare_run_dir(run_dir, config, resume) if rank == 0 else ckpt.latest_checkpoint(run_dir)
+
+    data = config.data
+    train_set = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
+    per_epoch = steps_per_epoch(len(train_set), t.batch_size)
+    num_classes = len(train_set.classes)
+
+    torch.manual_seed(t.seed)  # the initialisation of a fresh model
+    model = build_run_model(config, num_classes, checkpoint).to(device)
+    optimizer = build_optimizer(model, config.optim, device)
+    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
+    state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
+    if checkpoint is not None:
+        state = ckpt.load_checkpoint(checkpoint, model, optimizer, ema)
+    start_step = state["step"]
+    forward = torch.compile(model) if t.compile else model
+    transform = TrainTransform(
+        model.config.img_size,
+        crop=data.crop,
+        flip=data.flip,
+        seed=t.seed,
+        randaugment=data.randaugment,
+        mixup=data.mixup,
+        cutmix=data.cutmix,
+        num_classes=num_classes,
+        in_chans=model.config.in_chans,
+    )
+
+    metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
+    progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
+    progress.write(
+        f"{'resuming at step ' + str(start_step) if checkpoint else 'training'}: {describe(model)}; data: "
+        f"{train_set.source} ({len(train_set)} train / {len(test_set)} test, {per_epoch} steps per epoch); "
+        f"device {device}; run directory {run_dir}"
+    )
+    clock = time.perf_counter() - state["wall_seconds"]
+    train_seconds = state["train_seconds"]
+    window_start, window_images = time.perf_counter(), 0
+    images_per_second = 0.0
+    model.train()
+    try:
+        for step in range(start_step, t.steps):
+            step_start = time.perf_counter()
+            torch.manual_seed(step_seed(t.seed, step, rank))  # dropout and drop-path, resumable
+            lr = learning_rate(step, t.steps, config.optim)
+            set_learning_rate(optimizer, lr)
+            indices = shard(global_batch_indices(len(train_set), t.batch_size, t.seed, step), rank, world_size)
+            batch = (train_set, indices, step // per_epoch)
+            loss = accumulate_gradients(forward, transform, batch, micro, config, device, autocast_dtype)
+            loss_value = all_reduce_mean(loss).item()
+            if not math.isfinite(loss_value):
+                last = ckpt.latest_checkpoint(run_dir)
+                kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
+                raise NonFiniteLoss(f"loss is {loss_value} at step {step + 1}; stopped before the update ({kept})")
+            if config.optim.grad_clip:
+                nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip, foreach=True)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if ema is not None:
+                ema.update_parameters(model)
+            done = step + 1
+            train_seconds += time.perf_counter() - step_start
+            window_images += t.batch_size
+            if done % t.log_every == 0 or done == t.steps:
+                images_per_second = window_images / (time.perf_counter() - window_start)
+                window_start, window_images = time.perf_counter(), 0
+            if metrics is not None:
+                metrics.log({"step": done, "train_loss": loss_value, "lr": lr})
+            progress.update(done, loss_value, lr, images_per_second)
+            if t.eval_every and done % t.eval_every == 0 and done < t.steps:
+                result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
+                top = f"test top-1 {100 * result.top1:.2f}%  top-5 {100 * result.top5:.2f}%"
+                if metrics is not None:
+                    metrics.log({"step": done, "wall_seconds": time.perf_counter() - clock, **result.as_dict()})
+                progress.write(f"step {done}: {top}")
+            if metrics is not None and (done % t.checkpoint_every == 0 or done == t.steps):
+                metrics.flush()
+                state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds}
+                ckpt.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints)
+        result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
+        wall = time.perf_counter() - clock
+        if metrics is None:
+            return {}
+        metrics.log({"step": t.steps, "wall_seconds": wall, **result.as_dict()})
+    finally:
+        progress.close()
+        if metrics is not None:
+            metrics.close()
+    return finish(run_dir, config, eval_model, result, train_set, test_set, world_size, wall, train_seconds)
+
+
+def accumulate_gradients(
+    forward: nn.Module,
+    transform: TrainTransform,
+    batch: tuple[ImageDataset, torch.Tensor, int],
+    micro: int,
+    config: RunConfig,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+) -> torch.Tensor:
+    """Forward and backward this rank's share of a step in micro-batches; returns the mean loss (a tensor).
+
+    Each micro-batch loss is weighted by its share of the batch, so the summed gradients equal those of one
+    full batch: the paper's batch sizes on small hardware.
+    """
+    dataset, indices, epoch = batch
+    t = config.train
+    loss = torch.zeros((), device=device)
+    for chunk in indices.split(micro):
+        x, y = transform(dataset.images[chunk].to(device), dataset.labels[chunk].to(device), chunk, epoch)
+        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
+            logits = forward(x)
+        part = classification_loss(logits, y, t.loss, t.label_smoothing) * (len(chunk) / len(indices))
+        part.backward()
+        loss += part.detach()
+    return loss
+
+
+def finish(
+    run_dir: Path,
+    config: RunConfig,
+    model: nn.Module,
+    result: Accuracy,
+    train_set: ImageDataset,
+    test_set: ImageDataset,
+    world_size: int,
+    wall_seconds: float,
+    train_seconds: float,
+) -> dict[str, Any]:
+    """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json."""
+    save_pretrained(model, run_dir / FINAL_DIR)
+    report.write_curves(run_dir)
+    report.plot_confusion(result.confusion, test_set.classes, run_dir / report.CONFUSION_NAME, test_set.source)
+    t = config.train
+    summary = {
+        **result.as_dict(),
+        "steps": t.steps,
+        "world_size": world_size,
+        "images_per_second": t.steps * t.batch_size / max(train_seconds, 1e-9),
+        "wall_seconds": wall_seconds,
+        **report.loss_summary(report.read_metrics(run_dir)),
+        "epochs": t.steps * t.batch_size / len(train_set),
+        "parameters": count_parameters(model),
+        "ema": bool(t.ema_decay),
+        "train_data": train_set.source,
+        "test_data": test_set.source,
+        "test_images": result.count,
+        "run_dir": str(run_dir),
+    }
+    report.write_report(run_dir, summary)
+    return summary
+
+
+def prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> Path | None:
+    """Save the resolved config of a new run, or find the checkpoint to resume; never overwrite a run by accident."""
+    if resume:
+        ckpt.remove_partial(run_dir)
+        return ckpt.latest_checkpoint(run_dir)
+    if (run_dir / CONFIG_NAME).exists():
+        raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(run_dir / CONFIG_NAME, config.to_toml())
+    return None
+
+
+def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> nn.Module:
+    """The checkpoint's architecture when resuming; else the named model, or the given weights to fine-tune."""
+    m = config.model
+    if checkpoint is not None:
+        return build_model(config_from_dict(read_config(checkpoint)))
+    if m.weights is not None:
+        from vitkit import load_weights  # lazily: the weights package imports converters for every format
+
+        model = load_weights(m.weights, **{"num_classes": num_classes, **m.overrides})
+    else:
+        model = create_model(m.name, **{"num_classes": num_classes, **m.overrides})
+    if model.config.num_classes != num_classes:
+        raise ValueError(f"model.num_classes is {model.config.num_classes} but the dataset has {num_classes} classes")
+    return model
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' is CUDA when present, else CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def mixed_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on CUDA ('auto') or when asked; float32 otherwise (CPU bf16 is slower on most CPUs)."""
+    return torch.bfloat16 if precision == "bf16" or (precision == "auto" and device.type == "cuda") else None
+
+
+def step_seed(seed: int, step: int, rank: int) -> int:
+    """A 63-bit seed for torch's generator at (seed, step, rank)."""
+    digest = hashlib.blake2b(f"{seed}/{step}/{rank}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") >> 1
+
+
+def describe(model: nn.Module) -> str:
+    cfg = model.config
+    size = "x".join(str(s) for s in cfg.img_size)
+    params = count_parameters(model) / 1e6
+    return f"{type(model).__name__} {params:.2f}M parameters at {size}, {cfg.num_classes} classes"

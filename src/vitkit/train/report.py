@@ -1,0 +1,136 @@
+"""What a run leaves behind besides weights: metrics.jsonl, TensorBoard events, PNG curves, report.json."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vitkit.weights.store import atomic_write, atomic_write_text
+
+METRICS_NAME = "metrics.jsonl"
+REPORT_NAME = "report.json"
+CURVES_NAME = "curves.png"
+CONFUSION_NAME = "confusion.png"
+TENSORBOARD_DIR = "tensorboard"
+
+
+class MetricsLog:
+    """Append-only metrics (one JSON object per line, each with its `step`) mirrored to TensorBoard.
+
+    On resume from checkpoint step S the records after S (written by the killed run) are dropped, and TensorBoard
+    purges its events after S, so the logs equal those of an uninterrupted run.
+    """
+
+    def __init__(self, run_dir: str | os.PathLike, resume_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.path = Path(run_dir) / METRICS_NAME
+        if resume_step is not None and self.path.is_file():
+            kept = [r for r in read_metrics(run_dir) if r["step"] <= resume_step]
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+        elif self.path.exists():
+            self.path.unlink()
+        purge = resume_step + 1 if resume_step is not None else None
+        self.writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
+        self.file = self.path.open("a")
+
+    def log(self, record: dict[str, Any]) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        for name, value in record.items():
+            if name != "step" and isinstance(value, (int, float)):
+                self.writer.add_scalar(name, value, record["step"])
+
+    def flush(self) -> None:
+        """Make every record up to a checkpoint durable before the checkpoint claims that step."""
+        self.file.flush()
+        self.writer.flush()
+
+    def close(self) -> None:
+        self.file.close()
+        self.writer.close()
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """metrics.jsonl as a list of dicts; a line cut off by a kill is ignored."""
+    path = Path(run_dir) / METRICS_NAME
+    records = []
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def loss_summary(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean training loss over the first and the last 10% of steps (at least one step each)."""
+    losses = [r["train_loss"] for r in sorted(records, key=lambda r: r["step"]) if "train_loss" in r]
+    if not losses:
+        return {}
+    n = max(1, len(losses) // 10)
+    return {"train_loss_first": sum(losses[:n]) / n, "train_loss_last": sum(losses[-n:]) / n}
+
+
+def write_report(run_dir: str | os.PathLike, report: dict[str, Any]) -> Path:
+    path = Path(run_dir) / REPORT_NAME
+    atomic_write_text(path, json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def write_curves(run_dir: str | os.PathLike) -> Path:
+    """Training loss per step and test accuracy against wall time, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(run_dir)
+    train = [r for r in records if "train_loss" in r]
+    evals = [r for r in records if "test_top1" in r]
+    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
+    steps, losses = [r["step"] for r in train], [r["train_loss"] for r in train]
+    ax_loss.plot(steps, losses, lw=0.6, alpha=0.5, label="per step")
+    window = max(1, len(train) // 50)
+    smooth = torch.tensor(losses).unfold(0, window, 1).mean(1).tolist() if len(train) >= window else []
+    ax_loss.plot(steps[window - 1 :], smooth, lw=1.5, label=f"mean of {window}")
+    ax_loss.set(xlabel="step", ylabel="training loss", title="training loss")
+    ax_loss.legend()
+    ax_acc.plot([r["wall_seconds"] / 60 for r in evals], [100 * r["test_top1"] for r in evals], "o-")
+    ax_acc.set(xlabel="wall time (minutes)", ylabel="test top-1 (%)", title="test accuracy vs. wall time")
+    ax_acc.grid(alpha=0.3)
+    fig.tight_layout()
+    path = Path(run_dir) / CURVES_NAME
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return path
+
+
+def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.PathLike, title: str) -> Path:
+    """A row-normalised confusion matrix (rows: true class) as PNG, counts annotated when there are few classes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = len(classes)
+    rates = confusion.double() / confusion.sum(1, keepdim=True).clamp(min=1)
+    size = min(4 + 0.5 * k, 20)
+    fig, ax = plt.subplots(figsize=(size, size))
+    ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
+    if k <= 20:
+        ax.set_xticks(range(k), classes, rotation=45, ha="right")
+        ax.set_yticks(range(k), classes)
+        for i in range(k):
+            for j in range(k):
+                color = "white" if rates[i, j] > 0.5 else "black"
+                ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7, color=color)
+    ax.set(xlabel="predicted", ylabel="true", title=title)
+    fig.tight_layout()
+    path = Path(path)
+    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
+    plt.close(fig)
+    return path

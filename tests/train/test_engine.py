@@ -1,0 +1,134 @@
+"""The training engine end to end through the CLI: it learns, leaves a complete run directory, stops on bad input."""
+
+import contextlib
+import io
+import json
+
+import pytest
+import torch
+
+from vitkit import cli
+from vitkit.models import build_model, config_from_dict
+from vitkit.train import engine
+from vitkit.weights.store import load_state_dict, read_config
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, tiny):
+    """One 60-step run shared by the tests that read it: (run directory, what the CLI printed)."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
+        patch.setenv("VITKIT_EMBEDDED", "1")
+        args = ["--steps", "60", "--checkpoint-every", "20", *tiny, "train.eval_every=30"]
+        code = cli.main(["train", "--out", str(out), *args])
+    torch.set_num_threads(threads)
+    assert code == 0
+    return out, printed.getvalue()
+
+
+def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
+    out, printed = trained
+    assert "test top-1" in printed and f"run directory: {out}" in printed
+    report = json.loads((out / "report.json").read_text())
+    assert report["train_loss_last"] < report["train_loss_first"] - 0.3
+    assert report["test_top1"] > 0.25 and report["steps"] == 60 and report["world_size"] == 1
+    for key in ("images_per_second", "wall_seconds", "test_top5", "train_data"):
+        assert key in report
+    for name in ("config.toml", "metrics.jsonl", "curves.png", "confusion.png", "final/model.safetensors"):
+        assert (out / name).is_file(), name
+    assert any((out / "tensorboard").iterdir())
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000040", "step_00000060"]
+    evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "test_top1" in r]
+    assert [r["step"] for r in evals] == [30, 60]
+    model = build_model(config_from_dict(read_config(out / "final")))
+    model.load_state_dict(load_state_dict(out / "final" / "model.safetensors"))
+    assert model.config.in_chans == 1 and model.config.num_classes == 10
+
+
+def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tmp_path, capsys):
+    out, _ = trained
+    assert cli.main(["eval", "--weights", str(out), "--confusion", str(tmp_path / "cm.png")]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert f"top-1 {100 * report['test_top1']:.2f}%" in capsys.readouterr().out
+    assert (tmp_path / "cm.png").stat().st_size > 1000
+
+
+def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_head(trained, tmp_path, tiny):
+    out, _ = trained
+    tuned = tmp_path / "tuned"
+    args = ["finetune", "--weights", str(out), "--out", str(tuned), "--steps", "4", *tiny, "model.img_size=56"]
+    assert cli.main([*args, "train.micro_batch_size=16", "train.ema_decay=0.9999"]) == 0
+    config = read_config(tuned / "final")
+    assert config["img_size"] == [56, 56] and config["hidden_size"] == 32
+    saved = (tuned / "config.toml").read_text()
+    assert 'name = "sgd"' in saved and f'weights = "{out}"' in saved
+
+
+def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch, tiny):
+    real_loss, calls = engine.classification_loss, []
+
+    def loss_that_explodes(*args, **kwargs):
+        calls.append(1)
+        value = real_loss(*args, **kwargs)
+        return value * float("nan") if len(calls) == 13 else value
+
+    monkeypatch.setattr(engine, "classification_loss", loss_that_explodes)
+    out = tmp_path / "run"
+    code = cli.main(["train", "--out", str(out), "--steps", "30", "--checkpoint-every", "5", *tiny])
+    error = capsys.readouterr().err
+    assert code == 1
+    assert "loss is nan at step 13" in error and "step_00000010" in error
+    assert (out / "checkpoints" / "step_00000010" / "state.json").is_file()
+    assert not (out / "final").exists()
+    weights = load_state_dict(out / "checkpoints" / "step_00000010" / "model.safetensors")
+    assert all(torch.isfinite(w).all() for w in weights.values())
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["optim.lrr=1"], "unknown config key 'optim.lrr'; valid keys: optim.name, optim.lr,"),
+        (["model.hidden=3"], "valid keys: model.name, model.weights, model.img_size,"),
+        (["data.dataset=/no/such/folder"], "/no/such/folder: no such ImageFolder directory"),
+        (["--config", "/no/such.toml"], "/no/such.toml: no such config file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, args, message, tiny):
+    code = cli.main(["train", "--out", str(tmp_path / "run"), "--steps", "5", *tiny, *args])
+    error = capsys.readouterr().err
+    assert code == 2
+    assert message in error and len(error.strip().splitlines()) == 1
+
+
+def test_a_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, capsys, tiny):
+    args = ["--data-dir", str(tmp_path / "none"), "data.dataset=cifar10", *tiny]
+    code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
+    error = capsys.readouterr().err
+    assert code == 2 and str(tmp_path / "none") in error and "cifar" in error.lower()
+
+
+def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
+    from PIL import Image
+
+    for split in ("train", "test"):
+        for label in ("a", "b"):
+            folder = tmp_path / "images" / split / label
+            folder.mkdir(parents=True)
+            for i in range(2):
+                Image.new("L", (28, 28), color=40 * i).save(folder / f"{i}.png")
+    bad = tmp_path / "images" / "train" / "a" / "broken.png"
+    bad.write_bytes(b"not a png")
+    code = cli.main(["train", "--out", str(tmp_path / "run"), f"data.dataset={tmp_path / 'images'}", *tiny])
+    assert code == 2 and str(bad) in capsys.readouterr().err
+
+
+def test_an_existing_run_is_not_overwritten_and_resume_must_match(tmp_path, capsys, tiny):
+    out = tmp_path / "run"
+    assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny]) == 0
+    assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny]) == 2
+    assert "already holds a run; pass --resume" in capsys.readouterr().err
+    assert cli.main(["train", "--out", str(out), "--steps", "4", "--resume", *tiny, "optim.lr=0.1"]) == 2
+    error = capsys.readouterr().err
+    assert "differs from the saved" in error and "optim.lr" in error
+    assert cli.main(["train", "--out", str(out), "--resume"]) == 0
