@@ -1,0 +1,136 @@
+"""The benchmark utilities: alternation order, paired ratios and medians, memory accounting, peers with the same
+weights computing the same logits. Functional only -- nothing here asserts a speed."""
+
+import pytest
+import torch
+
+import vitkit
+from vitkit.bench import memory, timing
+from vitkit.bench.peers import build_peer, check_same_outputs
+from vitkit.bench.suite import format_table
+
+TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10)
+
+
+def test_alternate_rotates_the_order_and_keeps_one_sample_per_round():
+    calls = []
+    candidates = {name: (lambda n=name: calls.append(n)) for name in "abc"}
+    results = timing.alternate(candidates, rounds=3, warmup=1)
+    assert calls[:3] == ["a", "b", "c"]  # warm-up
+    assert calls[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert all(len(r.samples) == 3 for r in results.values())
+    with pytest.raises(ValueError):
+        timing.alternate(candidates, rounds=0)
+
+
+def test_medians_rates_and_paired_ratios():
+    a = timing.Result("a", [1.0, 2.0, 10.0], images=8, flops=8e9)
+    b = timing.Result("b", [2.0, 4.0, 4.0], images=8, flops=8e9)
+    assert a.median == 2.0 and a.best == 1.0 and a.images_per_s == 4.0 and a.gflops_per_s == 4.0
+    results = {"a": a, "b": b}
+    # per round t_b / t_a = 2, 2, 0.4: the paired median ignores the one disturbed round of a
+    assert timing.paired_ratio(results, "a", "b") == 2.0
+    assert timing.ratio_range(results, "a", "b") == (0.4, 2.0)
+    assert timing.paired_ratio(results, "b", "b") == 1.0
+    # different images per call compare per image
+    c = timing.Result("c", [2.0, 4.0, 20.0], images=16)
+    assert timing.paired_ratio({"a": a, "c": c}, "c", "a") == 1.0
+
+
+def test_gemm_candidate_counts_flops():
+    fn, flops = timing.gemm_candidate(n=64, calls=2)
+    fn()
+    assert flops == 2 * 64**3 * 2
+
+
+def test_peak_of_events_is_the_high_water_mark_of_the_running_sum():
+    events = [(3, -100), (1, 100), (2, 50), (4, 200), (5, -250)]
+    assert memory.peak_of_events(events) == 250  # in time order: 100, 150, 50, 250, 0
+    assert memory.peak_of_events([(1, -10), (2, 5)]) == 0  # frees of memory allocated before never go negative-peak
+
+
+def test_peak_allocated_bytes_sees_cpu_tensors():
+    mib = 2**20
+
+    def fn():
+        a = torch.empty(mib, dtype=torch.float32)  # 4 MiB
+        b = torch.empty(mib // 2, dtype=torch.float32)  # 2 MiB alongside
+        del a, b
+        torch.empty(mib, dtype=torch.float32)  # 4 MiB after both were freed
+
+    peak = memory.peak_allocated_bytes(fn)
+    assert 6 * mib <= peak < 7 * mib
+
+
+def test_memory_fit_and_largest_batch():
+    fit = memory.fit_memory(lambda b: 100 + 30 * b, resident=1000, batches=(1, 3))
+    assert fit.fixed == pytest.approx(100) and fit.per_image == pytest.approx(30)
+    assert fit.peak(2) == pytest.approx(1160)
+    assert fit.largest_batch(1160) == 2 and fit.largest_batch(1189) == 2 and fit.largest_batch(500) == 0
+
+
+def test_resident_bytes_counts_parameters_and_optimizer_state_once():
+    layer = torch.nn.Linear(10, 10)
+    params = 110 * 4
+    assert memory.resident_bytes(layer) == params
+    opt = torch.optim.AdamW(layer.parameters())
+    layer(torch.randn(2, 10)).sum().backward()
+    opt.step()
+    # two moments per parameter (+ the scalar step counters)
+    assert 3 * params <= memory.resident_bytes(layer, opt) <= 3 * params + 64
+
+
+# importing transformers takes seconds: that case runs with the slow tests
+@pytest.mark.parametrize("peer", ["timm", pytest.param("transformers", marks=pytest.mark.slow), "torchvision"])
+def test_peers_get_identical_weights_and_compute_the_same_logits(peer):
+    torch.manual_seed(0)
+    model = vitkit.create_model("ViT-B/16", **TINY).eval()
+    torch.nn.init.normal_(model.head.weight)  # the zero head would make any peer agree
+    other = build_peer(peer, model)
+    assert not other.training
+    x = torch.randn(3, 3, 32, 32)
+    assert check_same_outputs(model, other, x) < 1e-4
+    with torch.no_grad():
+        model.head.bias.add_(1.0)  # a different model: the check must notice
+    with pytest.raises(ValueError, match="disagrees"):
+        check_same_outputs(model, other, x)
+
+
+def test_peers_refuse_what_they_cannot_express():
+    with pytest.raises(ValueError):
+        build_peer("torchvision", vitkit.create_model("ViT-B/16", **TINY, classifier="gap"))
+    with pytest.raises(ValueError):
+        build_peer("nope", vitkit.create_model("ViT-B/16", **TINY))
+
+
+def test_format_table():
+    rows = [{"implementation": "vitkit", "images/s": 4.3, "MFU": 0.951, "vs vitkit": 1.0}, {"implementation": "gemm"}]
+    table = format_table(rows).splitlines()
+    assert table[0] == "| implementation | images/s | MFU | vs vitkit |"
+    assert table[2] == "| vitkit | 4.3 | 95.1% | 1.000 |"
+    assert table[3] == "| gemm |  |  |  |"
+
+
+def test_peak_memory_sees_the_activations_gradient_checkpointing_saves():
+    torch.manual_seed(0)
+    model = vitkit.create_model("ViT-B/16", **{**TINY, "depth": 4, "img_size": 64}).train()
+    x = torch.randn(16, 3, 64, 64)
+
+    def step():
+        model(x).sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    plain = memory.peak_allocated_bytes(step)
+    model.set_grad_checkpointing(True)
+    checkpointed = memory.peak_allocated_bytes(step)
+    assert checkpointed < 0.6 * plain
+
+
+def test_bench_command_runs_end_to_end(capsys):
+    from vitkit.cli import main
+
+    code = main(["bench", "inference", "--model", "ViT-S/16", "--img-size", "32", "--batch-size", "2",
+                 "--rounds", "1", "--peers", "timm", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "| ViT-S/16 | 2 | vitkit |" in out and "| ViT-S/16 | 2 | timm |" in out and "GEMM 2048^3" in out
