@@ -14,7 +14,7 @@ $(BIN)/vitkit: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/vitkit demo
+	$(BIN)/vitkit train
 
 test: setup
 	$(BIN)/python -m pytest
