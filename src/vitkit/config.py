@@ -25,6 +25,7 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 PRECISIONS = ("auto", "bf16", "fp32")
+STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
 
 
 @dataclass
@@ -98,6 +99,7 @@ class TrainSection:
     compile: bool = False
     device: str = "auto"
     threads: int = 1
+    strategy: str = "auto"
 
 
 @dataclass
@@ -119,6 +121,7 @@ class RunConfig:
         _check_choice("optim.schedule", self.optim.schedule, SCHEDULES)
         _check_choice("train.loss", self.train.loss, LOSSES)
         _check_choice("train.precision", self.train.precision, PRECISIONS)
+        _check_choice("train.strategy", self.train.strategy, STRATEGIES)
         _check_choice("data.on_corrupt", self.data.on_corrupt, ("stop", "skip"))
         t = self.train
         if t.steps <= 0 or t.batch_size <= 0:
@@ -127,6 +130,8 @@ class RunConfig:
             raise ValueError(f"optim.warmup_steps {self.optim.warmup_steps} must be in [0, train.steps={t.steps})")
         if not 0.0 <= t.ema_decay < 1.0:
             raise ValueError(f"train.ema_decay must be in [0, 1) (0 turns averaging off), got {t.ema_decay}")
+        if t.strategy == "fsdp" and t.ema_decay:
+            raise ValueError("train.ema_decay is not supported with train.strategy='fsdp' yet; set it to 0 or use ddp")
         if t.checkpoint_every <= 0 or t.keep_checkpoints <= 0:
             raise ValueError("train.checkpoint_every and train.keep_checkpoints must be positive")
         return self

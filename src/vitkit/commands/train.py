@@ -49,6 +49,8 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     except NonFiniteLoss as error:
         print(f"vitkit {args.command}: error: {error}", file=sys.stderr)
         return 1
+    if not report:  # ranks other than 0 under torchrun: rank 0 prints and writes the run directory
+        return 0
     print(
         f"test top-1 {100 * report['test_top1']:.2f}%  top-5 {100 * report['test_top5']:.2f}%  on "
         f"{report['test_data']} ({report['test_images']} images); {report['steps']} steps in "

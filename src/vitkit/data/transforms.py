@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
+from vitkit.models.config import to_pair
+
 CROPS = ("inception", "resize_crop", "none")
 # 'resize_crop' resizes to img_size * 8/7 before a random img_size crop (28 -> 32, 224 -> 256).
 RESIZE_CROP_RATIO = 8 / 7
@@ -89,14 +91,6 @@ def adapt_channels(x: torch.Tensor, in_chans: int | None) -> torch.Tensor:
     raise ValueError(f"cannot adapt {c}-channel images to in_chans={in_chans} (supported: 1->N, 3->1)")
 
 
-def _pair(size: int | tuple[int, int]) -> tuple[int, int]:
-    """(h, w) from an int or a pair."""
-    if isinstance(size, int):
-        return (size, size)
-    h, w = size
-    return (int(h), int(w))
-
-
 def _check_uint8(images: torch.Tensor) -> None:
     """Both transforms take raw pixels, so that [0, 255] -> [-1, 1] is unambiguous."""
     if images.dtype != torch.uint8 or images.ndim != 4:
@@ -115,7 +109,7 @@ def eval_transform(
 ) -> torch.Tensor:
     """The paper's evaluation preprocessing: resize to the model size, values to [-1, 1]."""
     _check_uint8(images)
-    size = _pair(img_size)
+    size = to_pair(img_size)
     x = _resize(images.float(), size)
     return adapt_channels(x / 127.5 - 1.0, in_chans)
 
@@ -192,7 +186,7 @@ class TrainTransform:
             raise ValueError(f"scale must satisfy 0 < lo <= hi <= 1, got {scale}")
         if not 0 < ratio[0] <= ratio[1]:
             raise ValueError(f"ratio must satisfy 0 < lo <= hi, got {ratio}")
-        self.img_size = _pair(img_size)
+        self.img_size = to_pair(img_size)
         self.crop = crop
         self.flip = flip
         self.seed = seed

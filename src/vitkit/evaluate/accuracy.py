@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 
 import torch
@@ -54,7 +55,10 @@ def evaluate(
     was_training = model.training
     model.eval()
     try:
-        for chunk in indices.split(batch_size):
+        chunks = list(indices.split(batch_size))
+        # The same number of forward calls on every rank (FSDP gathers weights in each); the extra ones are empty.
+        chunks += [indices[:0]] * (math.ceil(math.ceil(len(dataset) / world_size) / batch_size) - len(chunks))
+        for chunk in chunks:
             x = eval_transform(dataset.images[chunk].to(device), img_size, in_chans)
             y = dataset.labels[chunk].to(device)
             with autocast:

@@ -1,13 +1,33 @@
-"""Rank and world-size plumbing: everything is written for N processes, and is the identity for one.
+"""Rank and world-size plumbing, and PyTorch's own distributed engine under torchrun (docs/DISTRIBUTED.md).
 
-A later change launches the engine under torchrun; until then the process group is never initialised and these
-helpers return (0, 1) and leave tensors untouched.
+Everything is written for N processes and is the identity for one: without torchrun (WORLD_SIZE unset or 1) the
+process group is never initialised, `world()` is (0, 1) and the reductions leave tensors untouched.
+
+Under `torchrun --nproc_per_node N` the engine joins the group torchrun describes in its environment (backend
+nccl on CUDA, gloo on CPU, one GPU per process: cuda:LOCAL_RANK), then trains with
+`train.strategy`:
+
+- "ddp": DistributedDataParallel; weights and optimizer state are replicated, gradients averaged.
+- "fsdp": FSDP2 (`torch.distributed.fsdp.fully_shard`), each transformer block then the root: parameters,
+  gradients and optimizer state are sharded over the ranks.
+- "auto": "ddp" (use "fsdp" for models whose weights and optimizer state do not fit one device).
+
+One process always trains the plain model ("none"), whatever the strategy says.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 import torch.distributed as dist
+from torch import nn
+
+from vitkit.config import STRATEGIES  # ("auto", "ddp", "fsdp")
 
 
 def world() -> tuple[int, int]:
@@ -27,3 +47,154 @@ def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
 def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
     """Mean of a tensor over ranks (the logged training loss)."""
     return all_reduce_sum(tensor) / world()[1]
+
+
+def launched_world_size() -> int:
+    """The number of processes torchrun (or any launcher setting WORLD_SIZE) started; 1 without one."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def restarted_by_torchrun() -> bool:
+    """True in workers that torchrun restarted after a failure (--max-restarts): they continue the run."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
+
+
+def backend_for(device: torch.device) -> str:
+    """nccl for CUDA devices, gloo otherwise."""
+    return "nccl" if device.type == "cuda" else "gloo"
+
+
+def local_device(device: torch.device) -> torch.device:
+    """This process's device: cuda:LOCAL_RANK for CUDA under torchrun (one GPU per process), else `device`."""
+    if device.type == "cuda" and device.index is None and launched_world_size() > 1:
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return device
+
+
+@contextlib.contextmanager
+def process_group(device: torch.device) -> Iterator[None]:
+    """Join torchrun's process group for the duration (if WORLD_SIZE > 1 and none is initialised yet).
+
+    The group is destroyed on the way out, also when training raised; a group initialised by the caller is
+    left to the caller.
+    """
+    if launched_world_size() <= 1 or not dist.is_available() or dist.is_initialized():
+        yield
+        return
+    device = local_device(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # torchrun's store outlives a restart (--max-restarts): without a fresh key prefix per attempt, restarted
+    # workers can read the dead workers' addresses and fail to connect.
+    from torch.distributed.rendezvous import rendezvous
+
+    store, rank, world_size = next(rendezvous("env://"))
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    dist.init_process_group(
+        backend=backend_for(device),
+        store=dist.PrefixStore(f"vitkit/attempt_{attempt}/", store),
+        rank=rank,
+        world_size=world_size,
+        device_id=device if device.type == "cuda" else None,
+    )
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def broadcast_object(obj: Any, src: int = 0) -> Any:
+    """Rank `src`'s picklable `obj` on every rank (identity for one process).
+
+    Sent as a uint8 tensor on the group's device (works with gloo and nccl alike).
+    """
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return obj
+    nccl = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    payload = pickle.dumps(obj) if dist.get_rank() == src else b""
+    size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
+    dist.broadcast(size, src)
+    data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
+    if dist.get_rank() == src:
+        data.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
+    dist.broadcast(data, src)
+    return obj if dist.get_rank() == src else pickle.loads(data.cpu().numpy().tobytes())
+
+
+def resolve_strategy(strategy: str, world_size: int) -> str:
+    """The strategy this run uses: 'none' for one process, 'ddp' for 'auto', else as configured."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"train.strategy must be one of {list(STRATEGIES)}, got {strategy!r}")
+    if world_size == 1:
+        return "none"
+    return "ddp" if strategy == "auto" else strategy
+
+
+def shard_model(model: nn.Module) -> nn.Module:
+    """FSDP2 in place: each block of `model.blocks` (ViT) or each stage (ResNet) is a unit, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    units = list(getattr(model, "blocks", []))
+    if not units:
+        units = [m for name, m in model.named_children() if name.startswith(("stage", "layer"))]
+    for unit in units:
+        fully_shard(unit)
+    fully_shard(model)
+    return model
+
+
+def data_parallel(model: nn.Module, strategy: str, device: torch.device) -> nn.Module:
+    """What the training step calls: DDP around the model for 'ddp'; the (already sharded) model otherwise."""
+    if strategy != "ddp":
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+@contextlib.contextmanager
+def gradient_sync(forward: nn.Module, enabled: bool) -> Iterator[None]:
+    """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) of all but the last micro-batch of a step."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    module = getattr(forward, "_orig_mod", forward)  # through torch.compile
+    if enabled:
+        yield
+    elif isinstance(module, DistributedDataParallel):
+        with module.no_sync():
+            yield
+    elif isinstance(module, FSDPModule):
+        module.set_requires_gradient_sync(False)
+        try:
+            yield
+        finally:
+            module.set_requires_gradient_sync(True)
+    else:
+        yield
+
+
+def full_model(model: nn.Module, strategy: str) -> nn.Module | None:
+    """A plain, unsharded copy of an FSDP model on rank 0's CPU (None on the other ranks); `model` otherwise.
+
+    Collective under FSDP: every rank must call it.
+    """
+    if strategy != "fsdp":
+        return model
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    from vitkit.models.registry import build_model
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(model, options=options)
+    if world()[0] != 0:
+        return None
+    plain = build_model(model.config)
+    plain.load_state_dict(state)
+    return plain

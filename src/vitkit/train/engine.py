@@ -26,9 +26,21 @@ from vitkit.flops import count_parameters
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import build_model, create_model
 from vitkit.train import checkpoint as ckpt
-from vitkit.train import report
+from vitkit.train import dcp, report
 from vitkit.train.averaging import ema_model
-from vitkit.train.distributed import all_reduce_mean, world
+from vitkit.train.distributed import (
+    all_reduce_mean,
+    broadcast_object,
+    data_parallel,
+    full_model,
+    gradient_sync,
+    local_device,
+    process_group,
+    resolve_strategy,
+    restarted_by_torchrun,
+    shard_model,
+    world,
+)
 from vitkit.train.objectives import classification_loss
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
@@ -43,12 +55,23 @@ class NonFiniteLoss(RuntimeError):
 
 
 def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False) -> dict[str, Any]:
-    """Train `config` into `run_dir` (continuing its latest checkpoint with `resume`); returns report.json."""
+    """Train `config` into `run_dir` (continuing its latest checkpoint with `resume`); returns report.json.
+
+    Under torchrun every process calls it: they join the process group for the run (vitkit.train.distributed),
+    rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
+    `torchrun --max-restarts` continue from the latest checkpoint.
+    """
+    with process_group(resolve_device(config.train.device)):
+        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / CONFIG_NAME).is_file())
+        return _train(config, run_dir, resume=resume)
+
+
+def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False) -> dict[str, Any]:
     config.validate()
     run_dir = Path(run_dir)
     rank, world_size = world()
     t = config.train
-    device = resolve_device(t.device)
+    device = local_device(resolve_device(t.device))
     if t.threads:
         torch.set_num_threads(t.threads)
     autocast_dtype = mixed_precision(t.precision, device)
@@ -59,7 +82,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
             f"train.batch_size {t.batch_size} must split evenly over {world_size} rank(s) and then into "
             f"micro-batches of train.micro_batch_size {t.micro_batch_size}"
         )
-    checkpoint = prepare_run_dir(run_dir, config, resume) if rank == 0 else ckpt.latest_checkpoint(run_dir)
+    checkpoint = broadcast_object(prepare_run_dir(run_dir, config, resume) if rank == 0 else None)
 
     data = config.data
     train_set = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
@@ -69,14 +92,18 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
     model = build_run_model(config, num_classes, checkpoint).to(device)
+    strategy = resolve_strategy(t.strategy, world_size)
+    if strategy == "fsdp":
+        shard_model(model)  # in place, before the optimizer sees the parameters
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
-        state = ckpt.load_checkpoint(checkpoint, model, optimizer, ema)
+        state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
     start_step = state["step"]
-    forward = torch.compile(model) if t.compile else model
+    forward = data_parallel(model, strategy, device)
+    forward = torch.compile(forward) if t.compile else forward
     transform = TrainTransform(
         model.config.img_size,
         crop=data.crop,
@@ -136,12 +163,14 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
                 if metrics is not None:
                     metrics.log({"step": done, "wall_seconds": time.perf_counter() - clock, **result.as_dict()})
                 progress.write(f"step {done}: {top}")
-            if metrics is not None and (done % t.checkpoint_every == 0 or done == t.steps):
-                metrics.flush()
+            if done % t.checkpoint_every == 0 or done == t.steps:
+                if metrics is not None:
+                    metrics.flush()
                 state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds}
-                ckpt.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints)
+                dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
         wall = time.perf_counter() - clock
+        final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **result.as_dict()})
@@ -149,7 +178,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
         progress.close()
         if metrics is not None:
             metrics.close()
-    return finish(run_dir, config, eval_model, result, train_set, test_set, world_size, wall, train_seconds)
+    return finish(run_dir, config, final_model, result, train_set, test_set, world_size, wall, train_seconds)
 
 
 def accumulate_gradients(
@@ -169,12 +198,14 @@ def accumulate_gradients(
     dataset, indices, epoch = batch
     t = config.train
     loss = torch.zeros((), device=device)
-    for chunk in indices.split(micro):
+    chunks = indices.split(micro)
+    for i, chunk in enumerate(chunks):
         x, y = transform(dataset.images[chunk].to(device), dataset.labels[chunk].to(device), chunk, epoch)
-        with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
-            logits = forward(x)
-        part = classification_loss(logits, y, t.loss, t.label_smoothing) * (len(chunk) / len(indices))
-        part.backward()
+        with gradient_sync(forward, enabled=i == len(chunks) - 1):  # DDP/FSDP: reduce once per step
+            with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
+                logits = forward(x)
+            part = classification_loss(logits, y, t.loss, t.label_smoothing) * (len(chunk) / len(indices))
+            part.backward()
         loss += part.detach()
     return loss
 

@@ -1,0 +1,79 @@
+"""Two CPU processes under torchrun (gloo) on a tiny ViT and the embedded Fashion-MNIST subset."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+# Dropout and drop-path off: then a step's gradients do not depend on how the global batch is split over ranks.
+TINY = [
+    "model.hidden_size=32",
+    "model.depth=2",
+    "model.num_heads=2",
+    "model.mlp_dim=64",
+    "model.patch_size=7",
+    "model.dropout=0",
+    "model.drop_path=0",
+    "optim.warmup_steps=3",
+    "train.batch_size=32",
+    "train.log_every=10",
+    "train.threads=1",
+]
+STEPS = 30
+TORCHRUN = Path(sys.executable).with_name("torchrun")
+
+
+def environment() -> dict[str, str]:
+    env = {**os.environ, "VITKIT_EMBEDDED": "1", "OMP_NUM_THREADS": "1"}
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"):
+        env.pop(name, None)
+    return env
+
+
+def torchrun(args: list[str], cwd: Path, *, nproc: int = 2, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
+    """`torchrun --standalone --nproc_per_node N vitkit ...` on CPU, output captured."""
+    if not TORCHRUN.is_file() or not torch.distributed.is_available():
+        pytest.skip("torchrun / torch.distributed is not available")
+    command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={nproc}", *launcher, "-m", "vitkit.cli", *args]
+    return subprocess.Popen(
+        command, cwd=cwd, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def run_torchrun(args: list[str], cwd: Path, **kwargs) -> str:
+    process = torchrun(args, cwd, **kwargs)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    return output
+
+
+def truncate(run: Path, copy: Path, step: int) -> Path:
+    """A copy of a finished run as if killed right after checkpoint `step` (later checkpoints and outputs gone)."""
+    shutil.copytree(run, copy)
+    for path in (copy / "checkpoints").iterdir():
+        if int(path.name.split("_")[1]) > step:
+            shutil.rmtree(path)
+    shutil.rmtree(copy / "final")
+    (copy / "report.json").unlink()
+    return copy
+
+
+@pytest.fixture(scope="session")
+def tiny() -> tuple[str, ...]:
+    return tuple(TINY)
+
+
+@pytest.fixture(autouse=True)
+def embedded_data(monkeypatch):
+    monkeypatch.setenv("VITKIT_EMBEDDED", "1")
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)

@@ -1,0 +1,32 @@
+"""Strategy choice and the process-group helpers in one process (no torchrun)."""
+
+import pytest
+
+from vitkit.config import RunConfig, apply_overrides
+from vitkit.train import distributed
+
+
+def test_one_process_trains_the_plain_model_whatever_the_strategy():
+    assert [distributed.resolve_strategy(s, 1) for s in ("auto", "ddp", "fsdp")] == ["none"] * 3
+    assert [distributed.resolve_strategy(s, 2) for s in ("auto", "ddp", "fsdp")] == ["ddp", "ddp", "fsdp"]
+    with pytest.raises(ValueError, match="train.strategy"):
+        distributed.resolve_strategy("zero3", 2)
+
+
+def test_the_recipe_checks_the_strategy():
+    with pytest.raises(ValueError, match="train.strategy"):
+        apply_overrides(RunConfig(), ["train.strategy=zero3"]).validate()
+    with pytest.raises(ValueError, match="ema_decay"):
+        apply_overrides(RunConfig(), ["train.strategy=fsdp", "train.ema_decay=0.99"]).validate()
+
+
+def test_without_torchrun_the_helpers_are_the_identity(monkeypatch):
+    import torch
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with distributed.process_group(torch.device("cpu")):
+        assert distributed.world() == (0, 1)
+        assert distributed.broadcast_object({"a": 1}) == {"a": 1}
+        distributed.barrier()
+    assert distributed.backend_for(torch.device("cpu")) == "gloo"
+    assert distributed.backend_for(torch.device("cuda", 0)) == "nccl"

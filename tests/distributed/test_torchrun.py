@@ -1,0 +1,136 @@
+"""vitkit train under torchrun with 2 CPU processes: same losses as one process, resumable across world sizes.
+
+Every run is 30 steps of a ~20k-parameter ViT; the single-process reference runs in this interpreter.
+"""
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from vitkit import cli
+from vitkit.train import checkpoint as ckpt
+from vitkit.train import dcp
+
+from .conftest import STEPS, run_torchrun, torchrun, truncate
+
+CHECKPOINTS = ["--steps", str(STEPS), "--checkpoint-every", "10"]
+
+
+def losses(run: Path) -> dict[int, float]:
+    records = map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
+    return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
+
+
+def assert_same_training(a: Path, b: Path, steps=range(1, STEPS + 1)) -> None:
+    la, lb = losses(a), losses(b)
+    for step in steps:
+        assert lb[step] == pytest.approx(la[step], rel=1e-3), (step, la[step], lb[step])
+
+
+def train_here(args: list[str]) -> str:
+    """`vitkit train` in this process (one interpreter start-up fewer than a subprocess)."""
+    threads = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
+        patch.setenv("VITKIT_EMBEDDED", "1")  # also in module-scoped fixtures, which autouse fixtures miss
+        assert cli.main(["train", *args]) == 0
+    torch.set_num_threads(threads)
+    return printed.getvalue()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, tiny):
+    """The same recipe trained by 1 process, by 2 with DDP and by 2 with FSDP."""
+    root = tmp_path_factory.mktemp("runs")
+    single, ddp, fsdp = root / "single", root / "ddp", root / "fsdp"
+    # The reference names strategy fsdp too (one process trains the plain model), so its copy resumes under FSDP.
+    train_here(["--out", str(single), *CHECKPOINTS, *tiny, "train.strategy=fsdp"])
+    run_torchrun(["train", "--out", str(ddp), *CHECKPOINTS, *tiny, "train.strategy=ddp"], cwd=root)
+    run_torchrun(["train", "--out", str(fsdp), *CHECKPOINTS, *tiny, "train.strategy=fsdp"], cwd=root)
+    return single, ddp, fsdp
+
+
+def test_ddp_on_two_processes_trains_like_one_process(runs):
+    single, ddp, _ = runs
+    assert_same_training(single, ddp)
+    report = json.loads((ddp / "report.json").read_text())
+    assert report["world_size"] == 2 and report["steps"] == STEPS
+    assert json.loads((single / "report.json").read_text())["world_size"] == 1
+    assert report["test_top1"] == pytest.approx(json.loads((single / "report.json").read_text())["test_top1"], abs=0.01)
+    assert sorted(p.name for p in ddp.parent.iterdir()) == ["ddp", "fsdp", "single"]  # one run directory each
+
+
+def test_fsdp_on_two_processes_trains_like_ddp(runs):
+    single, ddp, fsdp = runs
+    assert_same_training(ddp, fsdp)
+    report = json.loads((fsdp / "report.json").read_text())
+    assert report["world_size"] == 2
+    assert report["parameters"] == json.loads((ddp / "report.json").read_text())["parameters"]
+    assert dcp.is_sharded(ckpt.latest_checkpoint(fsdp))  # torch.distributed.checkpoint shards
+    assert sorted(p.name for p in (fsdp / "final").iterdir()) == ["config.json", "model.safetensors"]
+    from vitkit import load_weights
+
+    assert load_weights(fsdp).config.num_classes == 10  # final/ is a plain, full model
+
+
+def test_a_checkpoint_of_two_fsdp_processes_resumes_in_one(runs, tmp_path):
+    _, _, fsdp = runs
+    resumed = truncate(fsdp, tmp_path / "resumed", step=20)
+    printed = train_here(["--out", str(resumed), "--resume"])
+    assert "test top-1" in printed
+    assert_same_training(fsdp, resumed, steps=range(21, STEPS + 1))
+    assert json.loads((resumed / "report.json").read_text())["world_size"] == 1
+
+
+def test_a_checkpoint_of_one_process_resumes_in_two_fsdp_processes(runs, tmp_path):
+    single, _, _ = runs
+    resumed = truncate(single, tmp_path / "resumed", step=20)
+    output = run_torchrun(["train", "--out", str(resumed), "--resume"], cwd=tmp_path)
+    assert "resuming at step 20" in output and output.count("test top-1") == 1  # rank 0 alone prints
+    assert_same_training(single, resumed, steps=range(21, STEPS + 1))
+    assert json.loads((resumed / "report.json").read_text())["world_size"] == 2
+    assert dcp.is_sharded(ckpt.latest_checkpoint(resumed))
+
+
+def _worker_pid(torchrun_pid: int, rank: int) -> int | None:
+    """The pid of torchrun's worker with RANK=`rank`, from /proc (Linux)."""
+    for task in Path(f"/proc/{torchrun_pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            with contextlib.suppress(OSError):
+                env = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+                if f"RANK={rank}".encode() in env:
+                    return int(child)
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker through /proc")
+def test_a_killed_rank_recovers_under_max_restarts(tmp_path, tiny):
+    run = tmp_path / "run"
+    steps = 150
+    args = ["train", "--out", str(run), "--steps", str(steps), "--checkpoint-every", "10", *tiny]
+    process = torchrun(args, tmp_path, launcher=("--max-restarts=1",))
+    deadline = time.monotonic() + 120
+    pid = None
+    while process.poll() is None and time.monotonic() < deadline and ckpt.latest_checkpoint(run) is None:
+        time.sleep(0.005)
+    pid = _worker_pid(process.pid, rank=1)
+    assert pid is not None and not (run / "final").exists(), "the run ended before the kill; make it longer"
+    os.kill(pid, signal.SIGKILL)
+    try:
+        output, _ = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail(f"torchrun did not finish after the kill:\n{output}")
+    assert process.returncode == 0, output
+    assert "resuming at step" in output, output
+    report = json.loads((run / "report.json").read_text())
+    assert report["steps"] == steps and report["world_size"] == 2
+    assert sorted(losses(run)) == list(range(1, steps + 1))
