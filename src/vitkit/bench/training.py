@@ -106,15 +106,22 @@ def plain_timm_step(config, dataset, model: nn.Module, transform, per_epoch: int
         counter[0] += 1
         indices = global_batch_indices(len(dataset), t.batch_size, t.seed, s)
         x, y = transform(dataset.images[indices], dataset.labels[indices], indices, s // per_epoch)
-        loss = F.cross_entropy(peer(x), y, label_smoothing=t.label_smoothing)
-        optimizer.zero_grad()
-        loss.backward()
-        if o.grad_clip:
-            nn.utils.clip_grad_norm_(peer.parameters(), o.grad_clip)
-        optimizer.step()
-        return loss.item()
+        return _plain_update(peer, optimizer, x, y, t.label_smoothing, o.grad_clip)
 
     return step
+
+
+def _plain_update(
+    peer: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, smoothing: float, clip: float
+) -> float:
+    """The textbook step of a hand-written loop: loss, backward, optional clipping, optimizer step."""
+    loss = F.cross_entropy(peer(x), y, label_smoothing=smoothing)
+    optimizer.zero_grad()
+    loss.backward()
+    if clip:
+        nn.utils.clip_grad_norm_(peer.parameters(), clip)
+    optimizer.step()
+    return loss.item()
 
 
 class _TorchvisionImages(torch.utils.data.Dataset):
@@ -158,13 +165,7 @@ def plain_timm_dataloader_step(config, dataset, model: nn.Module) -> Callable[[]
         except StopIteration:
             batches[0] = iter(loader)
             x, y = next(batches[0])
-        loss = F.cross_entropy(peer(x), y, label_smoothing=t.label_smoothing)
-        optimizer.zero_grad()
-        loss.backward()
-        if o.grad_clip:
-            nn.utils.clip_grad_norm_(peer.parameters(), o.grad_clip)
-        optimizer.step()
-        return loss.item()
+        return _plain_update(peer, optimizer, x, y, t.label_smoothing, o.grad_clip)
 
     return step
 
