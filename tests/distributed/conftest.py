@@ -8,21 +8,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_run import TINY as ENGINE_TINY
+from tiny_run import embedded_data, restore_threads  # noqa: F401  (fixtures)
 
 # Dropout and drop-path off: then a step's gradients do not depend on how the global batch is split over ranks.
-TINY = [
-    "model.hidden_size=32",
-    "model.depth=2",
-    "model.num_heads=2",
-    "model.mlp_dim=64",
-    "model.patch_size=7",
-    "model.dropout=0",
-    "model.drop_path=0",
-    "optim.warmup_steps=3",
-    "train.batch_size=32",
-    "train.log_every=10",
-    "train.threads=1",
-]
+TINY = [*ENGINE_TINY, "model.dropout=0", "model.drop_path=0"]
 STEPS = 30
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -65,15 +55,3 @@ def truncate(run: Path, copy: Path, step: int) -> Path:
 @pytest.fixture(scope="session")
 def tiny() -> tuple[str, ...]:
     return tuple(TINY)
-
-
-@pytest.fixture(autouse=True)
-def embedded_data(monkeypatch):
-    monkeypatch.setenv("VITKIT_EMBEDDED", "1")
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
