@@ -91,3 +91,35 @@ def test_missing_and_invalid_files(tmp_path):
     (tmp_path / "bad.toml").write_text("[train\nsteps = 3")
     with pytest.raises(ValueError, match="invalid TOML"):
         load_config(tmp_path / "bad.toml")
+
+
+def test_the_mpp_recipe_pretrains_the_vit_recipes_architecture():
+    configs = Path(__file__).parents[1] / "configs"
+    mpp, vit = load_config(configs / "fashion_mnist_mpp.toml"), load_config(configs / "fashion_mnist_vit.toml")
+    assert mpp.model == vit.model and mpp.train.objective == "mpp" and mpp.train.fewshot_every == 1000
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["train.objective=bert"], "train.objective must be one of ['classification', 'mpp'], got 'bert'"),
+        (["train.mpp_target=edges"], "train.mpp_target must be one of ['mean_color', 'downsized', 'pixels']"),
+        (["train.objective=mpp", "train.mpp_corrupt_rate=1.5"], "train.mpp_corrupt_rate must be in (0, 1], got 1.5"),
+        (["train.objective=mpp", "train.mpp_bits=0"], "train.mpp_bits must be positive, got 0"),
+        (["train.objective=mpp", "train.eval_every=100"], "train.eval_every measures a classifier"),
+        (["train.objective=mpp", "train.strategy=fsdp"], "train.objective='mpp' is not supported with"),
+        (["train.fewshot_every=10", "train.strategy=fsdp"], "train.fewshot_every is not supported with"),
+        (["train.fewshot_every=-1"], "train.fewshot_every must be >= 0"),
+        (["data.train_subset=-5"], "data.train_subset must be >= 0"),
+    ],
+)
+def test_objective_fewshot_and_subset_settings_are_checked(overrides, message):
+    with pytest.raises(ValueError) as error:
+        apply_overrides(RunConfig(), overrides).validate()
+    assert message in str(error.value)
+
+
+def test_mpp_needs_a_vision_transformer():
+    config = from_dict({"model": {"name": "R50x1", "layers": [1, 1], "in_chans": 1}, "train": {"objective": "mpp"}})
+    with pytest.raises(ValueError, match="train.objective='mpp' needs a Vision Transformer, but model.name 'R50x1'"):
+        config.validate()

@@ -19,8 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitkit.models.config import ViTConfig
+from vitkit.models.mpp import TARGETS as MPP_TARGETS
 from vitkit.models.registry import model_config
 
+OBJECTIVES = ("classification", "mpp")
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
@@ -48,10 +51,14 @@ class DataSection:
 
     The default crop is 'none' (flips only): evaluation resizes without zooming, and on 28x28 images the 8/7 zoom
     of 'resize_crop' alone costs ~15 points of test accuracy early in training (docs/RESULTS.md).
+    `train_subset` > 0 trains on that many training images, class-balanced and drawn with `subset_seed`
+    (vitkit.data.balanced_subset): the paper's fine-tuning on a small labelled subset. 0 uses them all.
     """
 
     dataset: str = "fashion_mnist"
     data_dir: str | None = None
+    train_subset: int = 0
+    subset_seed: int = 0
     crop: str = "none"
     flip: bool = True
     randaugment: bool = False
@@ -81,17 +88,30 @@ class TrainSection:
     `threads` sets torch's intra-op threads (0 keeps torch's default, one per core). It is 1 by default: on a
     shared 2-core CPU two threads ran up to 10x slower than one (their barriers wait for preempted peers), and GPU
     runs do not depend on it. A resume is bitwise exact for the same thread count.
+
+    `objective` is 'classification' (`loss`, `label_smoothing`) or 'mpp': masked patch prediction (§4.6, B.1.2),
+    self-supervised pre-training of a ViT with `mpp_target` ('mean_color', 'downsized' or 'pixels'),
+    `mpp_corrupt_rate` of the patches corrupted and `mpp_bits` bits per colour channel. An MPP run trains no
+    classifier, so it has no accuracy evaluation (`eval_every` must be 0): its report has the MPP loss on the test
+    set, and final/ holds the bare ViT (no head) to fine-tune. `fewshot_every` N > 0 runs the few-shot linear
+    evaluation (vitkit.evaluate.fewshot, on `fewshot_num_test` test images) every N steps and at the end.
     """
 
     steps: int = 700
     batch_size: int = 128
     micro_batch_size: int = 0
     seed: int = 0
+    objective: str = "classification"
     loss: str = "softmax"
     label_smoothing: float = 0.1
+    mpp_target: str = "mean_color"
+    mpp_corrupt_rate: float = 0.5
+    mpp_bits: int = 3
     ema_decay: float = 0.0
     eval_every: int = 0
     eval_batch_size: int = 500
+    fewshot_every: int = 0
+    fewshot_num_test: int = 2000
     checkpoint_every: int = 200
     keep_checkpoints: int = 2
     log_every: int = 20
@@ -115,8 +135,9 @@ class RunConfig:
         """Cross-field checks, so a bad recipe fails before any data is loaded."""
         if (self.model.name is None) == (self.model.weights is None):
             raise ValueError("set exactly one of model.name (train from scratch) and model.weights (fine-tune)")
-        if self.model.name is not None:
-            model_config(self.model.name, **self.model.overrides)  # unknown names and fields fail here
+        architecture = model_config(self.model.name, **self.model.overrides) if self.model.name is not None else None
+        _check_choice("train.objective", self.train.objective, OBJECTIVES)
+        _check_choice("train.mpp_target", self.train.mpp_target, MPP_TARGETS)
         _check_choice("optim.name", self.optim.name, OPTIMIZERS)
         _check_choice("optim.schedule", self.optim.schedule, SCHEDULES)
         _check_choice("train.loss", self.train.loss, LOSSES)
@@ -134,7 +155,38 @@ class RunConfig:
             raise ValueError("train.ema_decay is not supported with train.strategy='fsdp' yet; set it to 0 or use ddp")
         if t.checkpoint_every <= 0 or t.keep_checkpoints <= 0:
             raise ValueError("train.checkpoint_every and train.keep_checkpoints must be positive")
+        if t.fewshot_every < 0 or t.fewshot_num_test <= 0:
+            raise ValueError(
+                f"train.fewshot_every must be >= 0 (0 turns it off) and train.fewshot_num_test positive, "
+                f"got {t.fewshot_every} and {t.fewshot_num_test}"
+            )
+        if t.strategy == "fsdp" and t.fewshot_every:
+            raise ValueError("train.fewshot_every is not supported with train.strategy='fsdp' yet; use ddp")
+        if self.data.train_subset < 0:
+            raise ValueError(f"data.train_subset must be >= 0 (0 trains on every image), got {self.data.train_subset}")
+        if t.objective == "mpp":
+            self._validate_mpp(architecture)
         return self
+
+    def _validate_mpp(self, architecture: Any) -> None:
+        """Masked patch prediction corrupts patch embeddings: a ViT, on one device or under DDP, no classifier."""
+        t = self.train
+        if architecture is not None and not isinstance(architecture, ViTConfig):
+            raise ValueError(
+                f"train.objective='mpp' needs a Vision Transformer, but model.name {self.model.name!r} is a "
+                f"{type(architecture).__name__.removesuffix('Config')}"
+            )
+        if not 0.0 < t.mpp_corrupt_rate <= 1.0:
+            raise ValueError(f"train.mpp_corrupt_rate must be in (0, 1], got {t.mpp_corrupt_rate}")
+        if t.mpp_bits <= 0:
+            raise ValueError(f"train.mpp_bits must be positive, got {t.mpp_bits}")
+        if t.strategy == "fsdp":
+            raise ValueError("train.objective='mpp' is not supported with train.strategy='fsdp'; use ddp")
+        if t.eval_every:
+            raise ValueError(
+                "train.eval_every measures a classifier, which train.objective='mpp' does not train; set it to 0 "
+                "(train.fewshot_every measures the representation)"
+            )
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         """Nested plain dict with [model] overrides flattened into the section, as in the TOML file."""

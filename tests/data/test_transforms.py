@@ -38,7 +38,7 @@ def test_uniforms_are_in_unit_interval_and_spread():
     assert abs(torch.corrcoef(u.T)[0, 1].item()) < 0.05
 
 
-@pytest.mark.parametrize("crop", ["inception", "resize_crop", "none"])
+@pytest.mark.parametrize("crop", ["inception", "resize_crop", "pad_crop", "none"])
 def test_sample_augmentation_is_independent_of_batch_composition(batch, crop):
     images, labels, indices = batch
     transform = TrainTransform(28, crop=crop, seed=3)
@@ -55,7 +55,7 @@ def test_sample_augmentation_is_independent_of_batch_composition(batch, crop):
         assert changed.float().mean() > 0.3  # flip alone changes ~half; crops change nearly all
 
 
-@pytest.mark.parametrize("crop", ["inception", "resize_crop", "none"])
+@pytest.mark.parametrize("crop", ["inception", "resize_crop", "pad_crop", "none"])
 @pytest.mark.parametrize("img_size, in_chans", [(28, None), (32, 3), ((24, 16), 1)])
 def test_output_shape_dtype_and_range(batch, crop, img_size, in_chans):
     images, labels, indices = batch
@@ -100,6 +100,17 @@ def test_resize_crop_is_a_window_of_the_8_7_resize(batch):
     windows = big.unfold(2, 28, 1).unfold(3, 28, 1)  # [B, C, 5, 5, 28, 28]
     error = (windows - x[:, :, None, None]).abs().amax((1, 4, 5)).flatten(1).amin(1)
     assert (error < 1e-6).all()
+
+
+def test_pad_crop_is_a_window_of_the_padded_image_and_shifts_both_ways(batch):
+    images, labels, indices = batch
+    x, _ = TrainTransform(28, crop="pad_crop", flip=False)(images, labels, indices, 0)
+    padded = F.pad(images.float(), (2, 2, 2, 2)) / 127.5 - 1  # black is -1 after scaling
+    windows = padded.unfold(2, 28, 1).unfold(3, 28, 1)  # [B, C, 5, 5, 28, 28]
+    error = (windows - x[:, :, None, None]).abs().amax((1, 4, 5)).flatten(1)
+    assert (error.amin(1) < 1e-6).all()
+    offsets = error.argmin(1)
+    assert len(offsets.unique()) > 10  # the 25 shifts, not one window
 
 
 def test_flip_mirrors_about_half_the_samples(fashion):

@@ -55,14 +55,11 @@ def _setup(model_name: str | None, batch_size: int | None):
 def engine_step(config, dataset, model: nn.Module, transform, per_epoch: int, compile: bool) -> Callable[[], float]:
     """One step of the engine's loop (single process, no micro-batching); returns the loss."""
     from vitkit.data import global_batch_indices
-    from vitkit.train.engine import step_seed
-    from vitkit.train.objectives import classification_loss
+    from vitkit.train.engine import accumulate_gradients, objective_loss, step_seed
     from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 
-    from vitkit.train import engine
-
-    accumulate = getattr(engine, "accumulate_gradients", None)
     t = config.train
+    loss_function = objective_loss(t)
     optimizer = build_optimizer(model, config.optim, torch.device("cpu"))
     forward = torch.compile(model) if compile else model
     model.train()
@@ -74,14 +71,10 @@ def engine_step(config, dataset, model: nn.Module, transform, per_epoch: int, co
         torch.manual_seed(step_seed(t.seed, s, 0))
         set_learning_rate(optimizer, learning_rate(s, t.steps, config.optim))
         indices = global_batch_indices(len(dataset), t.batch_size, t.seed, s)
-        if accumulate is not None:  # the engine's own data + forward + backward
-            batch = (dataset, indices, s // per_epoch)
-            value = accumulate(forward, transform, batch, t.batch_size, config, torch.device("cpu"), None).item()
-        else:
-            x, y = transform(dataset.images[indices], dataset.labels[indices], indices, s // per_epoch)
-            loss = classification_loss(forward(x), y, t.loss, t.label_smoothing)
-            loss.backward()
-            value = loss.detach().item()
+        batch = (dataset, indices, s // per_epoch)  # the engine's own data + forward + backward
+        value = accumulate_gradients(
+            forward, loss_function, transform, batch, t.batch_size, torch.device("cpu"), None
+        ).item()
         if config.optim.grad_clip:
             nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip, foreach=True)
         optimizer.step()

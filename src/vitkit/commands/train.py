@@ -33,9 +33,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
-    """Resolve the recipe, train, and print test accuracy and the run directory (train and finetune)."""
+    """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
     from vitkit.config import load_config
     from vitkit.train import NonFiniteLoss, train
+    from vitkit.train.report import format_metrics
 
     if args.resume and not args.out:
         raise ValueError("--resume needs --out, the run directory to continue")
@@ -52,9 +53,8 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     if not report:  # ranks other than 0 under torchrun: rank 0 prints and writes the run directory
         return 0
     print(
-        f"test top-1 {100 * report['test_top1']:.2f}%  top-5 {100 * report['test_top5']:.2f}%  on "
-        f"{report['test_data']} ({report['test_images']} images); {report['steps']} steps in "
-        f"{report['wall_seconds']:.0f} s ({report['images_per_second']:.0f} img/s)"
+        f"{format_metrics(report)}  on {report['test_data']} ({report['test_images']} images); {report['steps']} "
+        f"steps in {report['wall_seconds']:.0f} s ({report['images_per_second']:.0f} img/s)"
     )
     print(f"run directory: {out}  (weights: {out}/final, report: {out}/report.json)")
     return 0

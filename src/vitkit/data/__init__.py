@@ -2,11 +2,13 @@
 
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .sources import ImageDataset, load_dataset
+from .subset import balanced_subset
 from .transforms import TrainTransform, eval_transform
 
 __all__ = [
     "ImageDataset",
     "TrainTransform",
+    "balanced_subset",
     "eval_transform",
     "global_batch_indices",
     "load_dataset",

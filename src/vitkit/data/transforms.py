@@ -17,8 +17,9 @@ from torchvision.transforms import v2
 
 from vitkit.models.config import to_pair
 
-CROPS = ("inception", "resize_crop", "none")
-# 'resize_crop' resizes to img_size * 8/7 before a random img_size crop (28 -> 32, 224 -> 256).
+CROPS = ("inception", "resize_crop", "pad_crop", "none")
+# 'resize_crop' resizes to img_size * 8/7 before a random img_size crop (28 -> 32, 224 -> 256);
+# 'pad_crop' zero-pads (black) to the same size instead: shifts only, at the scale evaluation sees.
 RESIZE_CROP_RATIO = 8 / 7
 # Inception-crop area range: the paper's (0.08, 1) when the images are large, gentler on tiny ones
 # (28x28 Fashion-MNIST, 32x32 CIFAR) where an 8% crop is a handful of pixels.
@@ -155,7 +156,9 @@ class TrainTransform:
 
     crop: 'inception' (random area/aspect crop resized to img_size, the paper's pre-training
     augmentation), 'resize_crop' (resize to img_size * 8/7, random img_size crop: the paper's
-    fine-tuning preprocessing) or 'none' (resize only). `scale` is the inception area range
+    fine-tuning preprocessing), 'pad_crop' (resize to img_size, pad with black to img_size * 8/7, random
+    img_size crop: translations of up to 1/14 of the side without the zoom that evaluation does not see; the
+    usual augmentation of 28x28 and 32x32 images) or 'none' (resize only). `scale` is the inception area range
     (default (0.08, 1), or (0.25, 1) for inputs under 64 px), `ratio` its aspect range.
     Then an optional horizontal flip, optional RandAugment (per sample, keyed like the crop;
     a Python loop, so slower), values to [-1, 1], and optional MixUp / CutMix (one draw per
@@ -233,9 +236,14 @@ class TrainTransform:
         b, _, height, width = x.shape
         if self.crop == "none":
             return _resize(x, self.img_size)
-        if self.crop == "resize_crop":
+        if self.crop in ("resize_crop", "pad_crop"):
             big_h, big_w = round(out_h * RESIZE_CROP_RATIO), round(out_w * RESIZE_CROP_RATIO)
-            x = _resize(x, (big_h, big_w))
+            if self.crop == "resize_crop":
+                x = _resize(x, (big_h, big_w))
+            else:
+                top_pad, left_pad = (big_h - out_h) // 2, (big_w - out_w) // 2
+                pads = (left_pad, big_w - out_w - left_pad, top_pad, big_h - out_h - top_pad)
+                x = torch.nn.functional.pad(_resize(x, self.img_size), pads)
             top = torch.floor(u[:, TOP] * (big_h - out_h + 1)).long()
             left = torch.floor(u[:, LEFT] * (big_w - out_w + 1)).long()
             rows = (top[:, None] + torch.arange(out_h, device=x.device))[:, None, :, None]

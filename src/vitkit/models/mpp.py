@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit.models.config import ViTConfig
 from vitkit.models.vit import VisionTransformer
 
 TARGETS = ("mean_color", "downsized", "pixels")
@@ -91,6 +92,11 @@ class MaskedPatchPrediction(nn.Module):
         if self.target == "pixels":
             return F.mse_loss(predictions, targets)
         return F.cross_entropy(predictions.reshape(-1, self.num_colors), targets.reshape(-1))
+
+    @property
+    def config(self) -> ViTConfig:
+        """The ViT's config: a checkpoint of the wrapper stores it, and a resume rebuilds the ViT and re-wraps it."""
+        return self.vit.config
 
     def no_weight_decay(self) -> set[str]:
         """The ViT's exemptions, the [mask] embedding and the head bias."""

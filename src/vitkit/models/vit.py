@@ -55,7 +55,9 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, D = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        # One projection, split into per-head views [B, heads, T, head_dim]: the backward of split is one
+        # concatenation into the layout the projection's backward reads (permute + unbind costs two copies).
+        q, k, v = (t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for t in self.qkv(x).split(D, -1))
         bias = self.rel_pos(q * self.scale) if self.rel_pos is not None else None
         dropout_p = self.attn_drop if self.training else 0.0
         if need_weights:

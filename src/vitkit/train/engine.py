@@ -1,4 +1,5 @@
-"""The training loop, one for pre-training and fine-tuning (§3.2, Appendix B.1).
+"""The training loop, one for pre-training and fine-tuning (§3.2, Appendix B.1), classification or masked patch
+prediction (§4.6, B.1.2).
 
 Every source of randomness is a function of (seed, step, rank): the batch (global_batch_indices), its
 augmentation (keyed per sample), and dropout / drop-path (torch's generator reseeded each step). The learning
@@ -19,12 +20,23 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.config import RunConfig
-from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load_dataset, shard, steps_per_epoch
-from vitkit.evaluate import Accuracy, evaluate
+from vitkit.config import RunConfig, TrainSection
+from vitkit.data import (
+    ImageDataset,
+    TrainTransform,
+    balanced_subset,
+    global_batch_indices,
+    load_dataset,
+    shard,
+    steps_per_epoch,
+)
+from vitkit.evaluate import evaluate
+from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.flops import count_parameters
 from vitkit.models.config import config_from_dict
+from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
+from vitkit.models.vit import VisionTransformer
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.averaging import ema_model
@@ -41,7 +53,12 @@ from vitkit.train.distributed import (
     shard_model,
     world,
 )
-from vitkit.train.objectives import classification_loss
+from vitkit.train.objectives import (
+    LossFunction,
+    classification_loss,
+    masked_patch_loss,
+    masked_patch_test_loss,
+)
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
 from vitkit.weights.store import atomic_write_text, read_config, save_pretrained
@@ -85,7 +102,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     checkpoint = broadcast_object(prepare_run_dir(run_dir, config, resume) if rank == 0 else None)
 
     data = config.data
-    train_set = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
     test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
@@ -98,6 +116,12 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
+    # Few-shot k-shot images come from the whole training split, also with data.train_subset: it measures the
+    # representation, it does not train. Rank 0 measures alone (FSDP, which would need every rank, is refused).
+    fewshot = None
+    if t.fewshot_every and rank == 0:
+        fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
+    loss_function = objective_loss(t)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
@@ -136,7 +160,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             set_learning_rate(optimizer, lr)
             indices = shard(global_batch_indices(len(train_set), t.batch_size, t.seed, step), rank, world_size)
             batch = (train_set, indices, step // per_epoch)
-            loss = accumulate_gradients(forward, transform, batch, micro, config, device, autocast_dtype)
+            loss = accumulate_gradients(forward, loss_function, transform, batch, micro, device, autocast_dtype)
             loss_value = all_reduce_mean(loss).item()
             if not math.isfinite(loss_value):
                 last = ckpt.latest_checkpoint(run_dir)
@@ -157,36 +181,61 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             if metrics is not None:
                 metrics.log({"step": done, "train_loss": loss_value, "lr": lr})
             progress.update(done, loss_value, lr, images_per_second)
+            evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                 result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
-                top = f"test top-1 {100 * result.top1:.2f}%  top-5 {100 * result.top5:.2f}%"
+                evaluations.update(result.as_dict())
+            if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
+                evaluations.update(fewshot(bare_model(eval_model)))
+            if evaluations:
                 if metrics is not None:
-                    metrics.log({"step": done, "wall_seconds": time.perf_counter() - clock, **result.as_dict()})
-                progress.write(f"step {done}: {top}")
+                    metrics.log({"step": done, "wall_seconds": time.perf_counter() - clock, **evaluations})
+                progress.write(f"step {done}: {report.format_metrics(evaluations)}")
             if done % t.checkpoint_every == 0 or done == t.steps:
                 if metrics is not None:
                     metrics.flush()
                 state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds}
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
-        result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
+        evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        if fewshot is not None:
+            evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
         final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
         if metrics is None:
             return {}
-        metrics.log({"step": t.steps, "wall_seconds": wall, **result.as_dict()})
+        metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
     finally:
         progress.close()
         if metrics is not None:
             metrics.close()
-    return finish(run_dir, config, final_model, result, train_set, test_set, world_size, wall, train_seconds)
+    summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
+    return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
+
+
+def final_evaluation(
+    model: nn.Module, test_set: ImageDataset, train: TrainSection, autocast_dtype: torch.dtype | None
+) -> tuple[dict[str, float], torch.Tensor | None]:
+    """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
+    test set (corrupted reproducibly) and no confusion matrix."""
+    if train.objective == "mpp":
+        return {"mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch_size, autocast_dtype)}, None
+    result = evaluate(model, test_set, batch_size=train.eval_batch_size, autocast_dtype=autocast_dtype)
+    return result.as_dict(), result.confusion
+
+
+def objective_loss(train: TrainSection) -> LossFunction:
+    """The micro-batch loss of train.objective, `(forward, images, labels) -> loss`, chosen once per run."""
+    if train.objective == "mpp":
+        return masked_patch_loss
+    return lambda forward, x, y: classification_loss(forward(x), y, train.loss, train.label_smoothing)
 
 
 def accumulate_gradients(
     forward: nn.Module,
+    loss_function: LossFunction,
     transform: TrainTransform,
     batch: tuple[ImageDataset, torch.Tensor, int],
     micro: int,
-    config: RunConfig,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
 ) -> torch.Tensor:
@@ -196,15 +245,13 @@ def accumulate_gradients(
     full batch: the paper's batch sizes on small hardware.
     """
     dataset, indices, epoch = batch
-    t = config.train
     loss = torch.zeros((), device=device)
     chunks = indices.split(micro)
     for i, chunk in enumerate(chunks):
         x, y = transform(dataset.images[chunk].to(device), dataset.labels[chunk].to(device), chunk, epoch)
         with gradient_sync(forward, enabled=i == len(chunks) - 1):  # DDP/FSDP: reduce once per step
             with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
-                logits = forward(x)
-            part = classification_loss(logits, y, t.loss, t.label_smoothing) * (len(chunk) / len(indices))
+                part = loss_function(forward, x, y) * (len(chunk) / len(indices))
             part.backward()
         loss += part.detach()
     return loss
@@ -214,31 +261,34 @@ def finish(
     run_dir: Path,
     config: RunConfig,
     model: nn.Module,
-    result: Accuracy,
+    summary: dict[str, Any],
+    confusion: torch.Tensor | None,
     train_set: ImageDataset,
     test_set: ImageDataset,
-    world_size: int,
-    wall_seconds: float,
     train_seconds: float,
 ) -> dict[str, Any]:
-    """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json."""
+    """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json; returns the report.
+
+    `summary` holds the final evaluations, steps, world_size and wall_seconds. A classification run reports
+    test_top1/top5/loss and draws the confusion matrix; an MPP run (no classifier) reports mpp_loss_test and has
+    neither test_top1 nor a confusion matrix. Few-shot runs add fewshot_{k}shot (and _std).
+    """
     save_pretrained(model, run_dir / FINAL_DIR)
     report.write_curves(run_dir)
-    report.plot_confusion(result.confusion, test_set.classes, run_dir / report.CONFUSION_NAME, test_set.source)
+    if confusion is not None:
+        report.plot_confusion(confusion, test_set.classes, run_dir / report.CONFUSION_NAME, test_set.source)
     t = config.train
     summary = {
-        **result.as_dict(),
-        "steps": t.steps,
-        "world_size": world_size,
+        **summary,
+        "objective": t.objective,
         "images_per_second": t.steps * t.batch_size / max(train_seconds, 1e-9),
-        "wall_seconds": wall_seconds,
         **report.loss_summary(report.read_metrics(run_dir)),
         "epochs": t.steps * t.batch_size / len(train_set),
         "parameters": count_parameters(model),
         "ema": bool(t.ema_decay),
         "train_data": train_set.source,
         "test_data": test_set.source,
-        "test_images": result.count,
+        "test_images": len(test_set),
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)
@@ -258,19 +308,30 @@ def prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> Path | No
 
 
 def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> nn.Module:
-    """The checkpoint's architecture when resuming; else the named model, or the given weights to fine-tune."""
-    m = config.model
+    """The checkpoint's architecture when resuming; else the named model, or the given weights to fine-tune.
+
+    Masked patch prediction wraps a ViT without a classifier head (MaskedPatchPrediction); its checkpoints
+    store the ViT config, so a resume rebuilds the ViT and wraps it again.
+    """
+    m, t = config.model, config.train
+    mpp = t.objective == "mpp"
+    classes = 0 if mpp else num_classes
     if checkpoint is not None:
-        return build_model(config_from_dict(read_config(checkpoint)))
-    if m.weights is not None:
+        model = build_model(config_from_dict(read_config(checkpoint)))
+    elif m.weights is not None:
         from vitkit import load_weights  # lazily: the weights package imports converters for every format
 
-        model = load_weights(m.weights, **{"num_classes": num_classes, **m.overrides})
+        model = load_weights(m.weights, **{"num_classes": classes, **m.overrides})
     else:
-        model = create_model(m.name, **{"num_classes": num_classes, **m.overrides})
-    if model.config.num_classes != num_classes:
-        raise ValueError(f"model.num_classes is {model.config.num_classes} but the dataset has {num_classes} classes")
-    return model
+        model = create_model(m.name, **{"num_classes": classes, **m.overrides})
+    if model.config.num_classes != classes:
+        needs = "train.objective='mpp' trains no classifier" if mpp else f"the dataset has {num_classes} classes"
+        raise ValueError(f"model.num_classes is {model.config.num_classes} but {needs}")
+    if not mpp:
+        return model
+    if not isinstance(model, VisionTransformer):
+        raise ValueError(f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}")
+    return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -291,8 +352,15 @@ def step_seed(seed: int, step: int, rank: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
+def bare_model(model: nn.Module) -> nn.Module:
+    """What final/ holds and few-shot measures: the ViT inside an MPP wrapper, else the model itself."""
+    return model.vit if isinstance(model, MaskedPatchPrediction) else model
+
+
 def describe(model: nn.Module) -> str:
     cfg = model.config
     size = "x".join(str(s) for s in cfg.img_size)
     params = count_parameters(model) / 1e6
-    return f"{type(model).__name__} {params:.2f}M parameters at {size}, {cfg.num_classes} classes"
+    mpp = isinstance(model, MaskedPatchPrediction)
+    task = f"masked patch prediction of {model.target}" if mpp else f"{cfg.num_classes} classes"
+    return f"{type(bare_model(model)).__name__} {params:.2f}M parameters at {size}, {task}"

@@ -1,13 +1,25 @@
-"""Classification objectives: softmax or sigmoid cross-entropy with label smoothing, on hard or soft labels.
+"""Training objectives: classification, and masked patch prediction (§4.6, B.1.2) for self-supervised pre-training.
 
 The paper pre-trains with sigmoid cross-entropy (B.1, as in BiT's upstream) and fine-tunes with softmax; both
-take the same targets, so MixUp/CutMix soft labels and label smoothing compose with either.
+take the same targets, so MixUp/CutMix soft labels and label smoothing compose with either. Masked patch
+prediction needs no labels: its model, a ViT wrapped with a [mask] embedding and a prediction head, returns the
+loss itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
+from torch import nn
+
+from vitkit.data import ImageDataset, eval_transform
+from vitkit.models.mpp import MaskedPatchPrediction
+from vitkit.train.distributed import all_reduce_sum, world
+
+LossFunction = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (forward, images, labels) -> loss
 
 
 def smooth_targets(labels: torch.Tensor, num_classes: int, smoothing: float) -> torch.Tensor:
@@ -25,3 +37,42 @@ def classification_loss(logits: torch.Tensor, labels: torch.Tensor, loss: str, s
     if loss == "sigmoid":
         return F.binary_cross_entropy_with_logits(logits, targets, reduction="none").sum(-1).mean()
     raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {loss!r}")
+
+
+def masked_patch_loss(forward: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The MPP loss of a batch: the wrapper's forward computes it; the labels are unused (self-supervised).
+
+    The corruption draws from torch's global generator, which the engine reseeds every step.
+    """
+    return forward(images)
+
+
+@torch.no_grad()
+def masked_patch_test_loss(
+    model: MaskedPatchPrediction,
+    dataset: ImageDataset,
+    batch_size: int = 500,
+    autocast_dtype: torch.dtype | None = None,
+) -> float:
+    """Mean MPP loss over a split (batch means weighted by their images), in eval mode and reproducible:
+    batch i is corrupted with a generator seeded with i. Ranks take every world_size-th batch; sums are reduced."""
+    rank, world_size = world()
+    device = model.mask_token.device
+    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+    config = model.vit.config
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss x images, images
+    was_training = model.training
+    model.eval()
+    try:
+        for i, chunk in enumerate(torch.arange(len(dataset)).split(batch_size)):
+            if i % world_size != rank:
+                continue
+            x = eval_transform(dataset.images[chunk].to(device), config.img_size, config.in_chans)
+            with autocast:
+                loss = model(x, generator=torch.Generator(device).manual_seed(i))
+            sums[0] += loss.double() * len(chunk)
+            sums[1] += len(chunk)
+    finally:
+        model.train(was_training)
+    all_reduce_sum(sums)
+    return (sums[0] / sums[1]).item()

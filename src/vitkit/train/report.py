@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ REPORT_NAME = "report.json"
 CURVES_NAME = "curves.png"
 CONFUSION_NAME = "confusion.png"
 TENSORBOARD_DIR = "tensorboard"
+FEWSHOT_KEY = re.compile(r"fewshot_(\d+)shot")  # the mean over seeds; FewShotEvaluator also logs its _std
 
 
 class MetricsLog:
@@ -75,6 +77,25 @@ def loss_summary(records: list[dict[str, Any]]) -> dict[str, float]:
     return {"train_loss_first": sum(losses[:n]) / n, "train_loss_last": sum(losses[-n:]) / n}
 
 
+def accuracy_names(record: dict[str, Any]) -> dict[str, str]:
+    """{key: label} of the accuracies in a metrics record: test top-1 (classification) and k-shot means."""
+    names = {"test_top1": "test top-1"} if "test_top1" in record else {}
+    return names | {key: f"{m[1]}-shot" for key in record if (m := FEWSHOT_KEY.fullmatch(key))}
+
+
+def format_metrics(record: dict[str, Any]) -> str:
+    """The evaluations of a metrics record or report in one line: top-1/top-5, MPP test loss, few-shot accuracy."""
+    parts = []
+    if "test_top1" in record:
+        parts.append(f"test top-1 {100 * record['test_top1']:.2f}%  top-5 {100 * record['test_top5']:.2f}%")
+    if "mpp_loss_test" in record:
+        parts.append(f"MPP test loss {record['mpp_loss_test']:.4f}")
+    shots = [f"{label} {100 * record[key]:.2f}%" for key, label in accuracy_names(record).items() if key != "test_top1"]
+    if shots:
+        parts.append("few-shot " + "  ".join(shots))
+    return "; ".join(parts)
+
+
 def write_report(run_dir: str | os.PathLike, report: dict[str, Any]) -> Path:
     path = Path(run_dir) / REPORT_NAME
     atomic_write_text(path, json.dumps(report, indent=2) + "\n")
@@ -82,7 +103,7 @@ def write_report(run_dir: str | os.PathLike, report: dict[str, Any]) -> Path:
 
 
 def write_curves(run_dir: str | os.PathLike) -> Path:
-    """Training loss per step and test accuracy against wall time, side by side."""
+    """Training loss per step and test accuracies (top-1, few-shot) against wall time, side by side."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,7 +111,7 @@ def write_curves(run_dir: str | os.PathLike) -> Path:
 
     records = read_metrics(run_dir)
     train = [r for r in records if "train_loss" in r]
-    evals = [r for r in records if "test_top1" in r]
+    evals = [r for r in records if "wall_seconds" in r]
     fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4))
     steps, losses = [r["step"] for r in train], [r["train_loss"] for r in train]
     ax_loss.plot(steps, losses, lw=0.6, alpha=0.5, label="per step")
@@ -99,8 +120,13 @@ def write_curves(run_dir: str | os.PathLike) -> Path:
     ax_loss.plot(steps[window - 1 :], smooth, lw=1.5, label=f"mean of {window}")
     ax_loss.set(xlabel="step", ylabel="training loss", title="training loss")
     ax_loss.legend()
-    ax_acc.plot([r["wall_seconds"] / 60 for r in evals], [100 * r["test_top1"] for r in evals], "o-")
-    ax_acc.set(xlabel="wall time (minutes)", ylabel="test top-1 (%)", title="test accuracy vs. wall time")
+    names = {key: label for r in evals for key, label in accuracy_names(r).items()}
+    for key, label in names.items():
+        points = [(r["wall_seconds"] / 60, 100 * r[key]) for r in evals if key in r]
+        ax_acc.plot(*zip(*points), "o-", label=label)
+    if names:
+        ax_acc.legend()
+    ax_acc.set(xlabel="wall time (minutes)", ylabel="test accuracy (%)", title="test accuracy vs. wall time")
     ax_acc.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(run_dir) / CURVES_NAME
