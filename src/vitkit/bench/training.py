@@ -13,7 +13,7 @@ with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_n
     model, optimizer and loop differ;
   - "+ DataLoader": the conventional input pipeline, a `torch.utils.data.DataLoader` (batch 128, shuffled,
     `num_workers=0`: on 2 cores a worker process would take a core from the model) over the in-memory uint8 images
-    with the equivalent torchvision transforms per sample (Resize 32, RandomCrop 28, flip, to float, normalise).
+    with the equivalent torchvision transforms per sample (the recipe's crop and flip, to float, normalise).
 """
 
 from __future__ import annotations
@@ -118,16 +118,24 @@ def _plain_update(
 
 
 class _TorchvisionImages(torch.utils.data.Dataset):
-    """The in-memory uint8 images with per-sample torchvision transforms equivalent to the engine's 'resize_crop'."""
+    """The in-memory uint8 images with per-sample torchvision transforms equivalent to the engine's `crop`:
+    'none' nothing, 'pad_crop' RandomCrop with black padding, 'resize_crop' Resize to 8/7 then RandomCrop."""
 
-    def __init__(self, dataset, img_size: int) -> None:
+    def __init__(self, dataset, img_size: int, crop: str, flip: bool) -> None:
         from torchvision.transforms import v2
 
+        if crop not in ("none", "pad_crop", "resize_crop"):
+            raise ValueError(f"the DataLoader baseline has no torchvision equivalent of crop {crop!r}")
         self.images, self.labels = dataset.images, dataset.labels
+        pad = img_size * 8 // 7 - img_size
+        crops = {
+            "none": [],
+            "pad_crop": [v2.RandomCrop(img_size, padding=[pad // 2, pad // 2, pad - pad // 2, pad - pad // 2])],
+            "resize_crop": [v2.Resize(img_size * 8 // 7, antialias=True), v2.RandomCrop(img_size)],
+        }[crop]
         self.transform = v2.Compose([
-            v2.Resize(img_size * 8 // 7, antialias=True),
-            v2.RandomCrop(img_size),
-            v2.RandomHorizontalFlip(),
+            *crops,
+            *([v2.RandomHorizontalFlip()] if flip else []),
             v2.ToDtype(torch.float32, scale=True),
             v2.Normalize([0.5] * dataset.images.shape[1], [0.5] * dataset.images.shape[1]),
         ])
@@ -147,7 +155,7 @@ def plain_timm_dataloader_step(config, dataset, model: nn.Module) -> Callable[[]
     peer = vitkit.to_timm(model).train()
     optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
     loader = torch.utils.data.DataLoader(
-        _TorchvisionImages(dataset, model.config.img_size[0]), batch_size=t.batch_size, shuffle=True, drop_last=True,
+        _TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip), batch_size=t.batch_size, shuffle=True, drop_last=True,
         num_workers=0, generator=torch.Generator().manual_seed(t.seed),
     )
     batches = [iter(loader)]
