@@ -49,8 +49,10 @@ class ModelSection:
 class DataSection:
     """What to train on and how to augment it (see vitkit.data.TrainTransform).
 
-    The default crop is 'none' (flips only): evaluation resizes without zooming, and on 28x28 images the 8/7 zoom
-    of 'resize_crop' alone costs ~15 points of test accuracy early in training (docs/RESULTS.md).
+    crop: 'inception', 'resize_crop', 'pad_crop' or 'none' (vitkit.data.TrainTransform). The default is 'none'
+    (flips only): evaluation resizes without zooming, and on 28x28 images the 8/7 zoom of 'resize_crop' alone
+    costs ~15 points of test accuracy early in training; 'pad_crop' shifts at the evaluation's scale
+    (docs/RESULTS.md).
     `train_subset` > 0 trains on that many training images, class-balanced and drawn with `subset_seed`
     (vitkit.data.balanced_subset): the paper's fine-tuning on a small labelled subset. 0 uses them all.
     """
