@@ -3,7 +3,7 @@
 `vitkit.train.engine.train` runs the whole loop and has no public single-step function, so `engine_step` repeats
 the body of its loop with the engine's own parts -- RunConfig defaults, `build_run_model`, `build_optimizer`
 (fused AdamW, decay groups), `TrainTransform`, `global_batch_indices`, `step_seed`, `learning_rate`,
-`accumulate_gradients` (data, forward, loss, backward; when the engine has it, else the same three lines here),
+`objective_loss` and `accumulate_gradients` (data, forward, loss, backward),
 foreach gradient clipping, `torch.compile` when `train.compile` is set -- minus logging, evaluation and
 checkpoints (none of which runs on an ordinary step).
 
