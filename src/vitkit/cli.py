@@ -26,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run a command; bad input becomes one line on stderr and exit code 2, never a traceback."""
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # to start the same command in more processes
     try:
         return int(args.run(args) or 0)
     except (ValueError, FileNotFoundError) as error:

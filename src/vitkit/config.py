@@ -91,6 +91,11 @@ class TrainSection:
     shared 2-core CPU two threads ran up to 10x slower than one (their barriers wait for preempted peers), and GPU
     runs do not depend on it. A resume is bitwise exact for the same thread count.
 
+    `processes` N > 1 makes `vitkit train` / `vitkit finetune` start N data-parallel processes on this machine
+    itself, as `torchrun --standalone --nproc_per_node N` would (ignored when a launcher already started the
+    run). On a CPU, N processes of `threads` threads each use the cores better than one process with N times the
+    threads: a small model's many small kernels parallelise poorly within one process (BENCHMARKS.md).
+
     `objective` is 'classification' (`loss`, `label_smoothing`) or 'mpp': masked patch prediction (§4.6, B.1.2),
     self-supervised pre-training of a ViT with `mpp_target` ('mean_color', 'downsized' or 'pixels'),
     `mpp_corrupt_rate` of the patches corrupted and `mpp_bits` bits per colour channel. An MPP run trains no
@@ -121,6 +126,7 @@ class TrainSection:
     compile: bool = False
     device: str = "auto"
     threads: int = 1
+    processes: int = 1
     strategy: str = "auto"
 
 
@@ -155,6 +161,8 @@ class RunConfig:
             raise ValueError(f"train.ema_decay must be in [0, 1) (0 turns averaging off), got {t.ema_decay}")
         if t.strategy == "fsdp" and t.ema_decay:
             raise ValueError("train.ema_decay is not supported with train.strategy='fsdp' yet; set it to 0 or use ddp")
+        if t.processes < 1 or t.threads < 0:
+            raise ValueError(f"train.processes must be >= 1 and train.threads >= 0, got {t.processes} and {t.threads}")
         if t.checkpoint_every <= 0 or t.keep_checkpoints <= 0:
             raise ValueError("train.checkpoint_every and train.keep_checkpoints must be positive")
         if t.fewshot_every < 0 or t.fewshot_num_test <= 0:

@@ -80,6 +80,18 @@ def test_fsdp_on_two_processes_trains_like_ddp(runs):
     assert load_weights(fsdp).config.num_classes == 10  # final/ is a plain, full model
 
 
+def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny, monkeypatch):
+    """train.processes=2 without a launcher: vitkit starts torch's launcher itself; the run is the torchrun run."""
+    _, ddp, _ = runs
+    run = tmp_path / "self_launched"
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert cli.main(["train", "--out", str(run), *CHECKPOINTS, *tiny, "train.strategy=ddp", "train.processes=2"]) == 0
+    assert json.loads((run / "report.json").read_text())["world_size"] == 2
+    assert losses(run) == pytest.approx(losses(ddp), rel=1e-6)
+    assert "processes = 2" in (run / "config.toml").read_text()
+
+
 def test_a_checkpoint_of_two_fsdp_processes_resumes_in_one(runs, tmp_path):
     _, _, fsdp = runs
     resumed = truncate(fsdp, tmp_path / "resumed", step=20)

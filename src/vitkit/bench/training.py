@@ -1,11 +1,10 @@
 """Training throughput: the vitkit engine's full step against timm's model of the same shape in a plain loop.
 
-`vitkit.train.engine.train` runs the whole loop and has no public single-step function, so `engine_step` repeats
-the body of its loop with the engine's own parts -- RunConfig defaults, `build_run_model`, `build_optimizer`
-(fused AdamW, decay groups), `TrainTransform`, `global_batch_indices`, `step_seed`, `learning_rate`,
-`objective_loss` and `accumulate_gradients` (data, forward, loss, backward),
-foreach gradient clipping, `torch.compile` when `train.compile` is set -- minus logging, evaluation and
-checkpoints (none of which runs on an ordinary step).
+The engine side is the engine's own `vitkit.train.engine.TrainStep` (seeding, learning rate, batched data,
+forward, backward, loss averaging, foreach clipping, fused AdamW, EMA when the recipe has it), built from the
+recipe as `vitkit train` builds it, minus logging, evaluation and checkpoints (none of which runs on an ordinary
+step). It runs in this process at the benchmark's thread count, compiled with `compile`, and with `processes` N
+as `train.processes = N` runs it: N one-thread processes, DDP over gloo (`EngineProcesses`).
 
 The plain loop is what one writes by hand around timm: the same weights (`vitkit.to_timm`), `torch.optim.AdamW`
 with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_norm_`. It runs twice:
@@ -28,60 +27,40 @@ from torch import nn
 from vitkit.bench.timing import alternate, gemm_candidate, paired_ratio, ratio_range
 
 
-def _setup(model_name: str | None, batch_size: int | None):
-    from vitkit.config import RunConfig
-    from vitkit.data import TrainTransform, load_dataset, steps_per_epoch
-    from vitkit.train.engine import build_run_model
+def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = None):
+    """The recipe (the default one unless `recipe` names a TOML file), its training set, model and transform."""
+    from vitkit.config import ModelSection, RunConfig, load_config
+    from vitkit.data import load_dataset, steps_per_epoch
+    from vitkit.train.engine import build_run_model, train_transform
 
-    config = RunConfig()
+    config = load_config(recipe, RunConfig()) if recipe else RunConfig()
     if model_name:
-        from vitkit.config import ModelSection
-
         config.model = ModelSection(name=model_name)
     if batch_size:
         config.train.batch_size = batch_size
     dataset = load_dataset(config.data.dataset, "train", config.data.data_dir)
     torch.manual_seed(config.train.seed)
     model = build_run_model(config, len(dataset.classes), None)
-    transform = TrainTransform(
-        model.config.img_size, crop=config.data.crop, flip=config.data.flip, seed=config.train.seed,
-        randaugment=config.data.randaugment, mixup=config.data.mixup, cutmix=config.data.cutmix,
-        num_classes=len(dataset.classes), in_chans=model.config.in_chans,
-    )
+    transform = train_transform(config, model, len(dataset.classes))
     per_epoch = steps_per_epoch(len(dataset), config.train.batch_size)
     return config, dataset, model, transform, per_epoch
 
 
-def engine_step(config, dataset, model: nn.Module, transform, per_epoch: int, compile: bool) -> Callable[[], float]:
-    """One step of the engine's loop (single process, no micro-batching); returns the loss."""
-    from vitkit.data import global_batch_indices
-    from vitkit.train.engine import accumulate_gradients, objective_loss, step_seed
-    from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
+def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> Callable[[], float]:
+    """The engine's own `TrainStep` (DDP when a process group is initialised), called at steps 0, 1, 2, ...;
+    returns the loss."""
+    from vitkit.train.distributed import data_parallel, resolve_strategy, world
+    from vitkit.train.engine import TrainStep
+    from vitkit.train.optim import build_optimizer
 
-    t = config.train
-    loss_function = objective_loss(t)
-    optimizer = build_optimizer(model, config.optim, torch.device("cpu"))
-    forward = torch.compile(model) if compile else model
+    cpu = torch.device("cpu")
+    optimizer = build_optimizer(model, config.optim, cpu)
+    forward = data_parallel(model, resolve_strategy(config.train.strategy, world()[1]), cpu)
+    forward = torch.compile(forward) if compile else forward
     model.train()
-    counter = [0]
-
-    def step() -> float:
-        s = counter[0]
-        counter[0] += 1
-        torch.manual_seed(step_seed(t.seed, s, 0))
-        set_learning_rate(optimizer, learning_rate(s, t.steps, config.optim))
-        indices = global_batch_indices(len(dataset), t.batch_size, t.seed, s)
-        batch = (dataset, indices, s // per_epoch)  # the engine's own data + forward + backward
-        value = accumulate_gradients(
-            forward, loss_function, transform, batch, t.batch_size, torch.device("cpu"), None
-        ).item()
-        if config.optim.grad_clip:
-            nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip, foreach=True)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        return value
-
-    return step
+    train_step = TrainStep(config, dataset, model, forward, optimizer, None, transform, cpu, None)
+    counter = iter(range(10**9))
+    return lambda: train_step(next(counter))[0]
 
 
 def plain_timm_step(config, dataset, model: nn.Module, transform, per_epoch: int) -> Callable[[], float]:
@@ -171,6 +150,61 @@ def plain_timm_dataloader_step(config, dataset, model: nn.Module) -> Callable[[]
     return step
 
 
+def _engine_rank(rank: int, processes: int, threads: int, port: int, connection, setup: tuple, compile: bool) -> None:
+    """One worker of the multi-process engine: joins a gloo group of `processes`, builds the engine step (DDP),
+    then runs as many steps as each request asks for until asked for 0."""
+    import torch.distributed as dist
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes)
+    try:
+        config, dataset, model, transform, _ = _setup(*setup)
+        step = engine_step(config, dataset, model, transform, compile)
+        connection.send("ready")
+        while (steps := connection.recv()) > 0:
+            connection.send([step() for _ in range(steps)][-1])
+    finally:
+        dist.destroy_process_group()
+
+
+class EngineProcesses:
+    """The engine as `train.processes = N` runs it (N data-parallel processes of `threads` threads, DDP over
+    gloo), driven from this process: a call runs `steps` steps in every worker and returns when all are done.
+    This process only waits meanwhile, so the workers have the cores to themselves; time it on the wall clock."""
+
+    def __init__(self, processes: int, threads: int, steps: int, setup: tuple, compile: bool) -> None:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        context = torch.multiprocessing.get_context("spawn")
+        self.steps, self.connections, self.workers = steps, [], []
+        for rank in range(processes):
+            ours, theirs = context.Pipe()
+            worker = context.Process(
+                target=_engine_rank, args=(rank, processes, threads, port, theirs, setup, compile), daemon=True
+            )
+            worker.start()
+            self.connections.append(ours)
+            self.workers.append(worker)
+        for connection in self.connections:
+            if connection.recv() != "ready":
+                raise RuntimeError("an engine worker failed to start")
+
+    def __call__(self) -> float:
+        for connection in self.connections:
+            connection.send(self.steps)
+        losses = [connection.recv() for connection in self.connections]  # every worker's, so all are done
+        return losses[0]
+
+    def close(self) -> None:
+        for connection in self.connections:
+            connection.send(0)
+        for worker in self.workers:
+            worker.join(timeout=30)
+
+
 def training_vs_timm(
     model_name: str | None = None,
     batch_size: int | None = None,
@@ -179,36 +213,49 @@ def training_vs_timm(
     compile: bool = False,
     log: Callable[[str], None] | None = None,
     clock: str = "wall",
+    recipe: str | None = None,
+    processes: int = 0,
 ) -> list[dict]:
-    """Images/s of the engine step (eager, and compiled with `compile`) and of the plain timm loop, alternated
-    `steps` steps at a time, with the training FLOPs (3x forward) as a fraction of a GEMM ceiling."""
+    """Images/s of the engine step (eager, compiled with `compile`, and in `processes` one-thread processes when
+    > 1) and of the plain timm loop, alternated `steps` steps at a time, with the training FLOPs (3x forward) as
+    a fraction of a GEMM ceiling. `recipe` (a TOML file) replaces the default recipe."""
     from vitkit.flops import count_flops, count_parameters
 
-    config, dataset, model, transform, per_epoch = _setup(model_name, batch_size)
+    if processes > 1 and clock != "wall":
+        raise ValueError("the multi-process engine runs in other processes: time it with clock='wall'")
+    setup = (model_name, batch_size, recipe)
+    config, dataset, model, transform, per_epoch = _setup(*setup)
     b = config.train.batch_size
     flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)
-    timm_model = model
     steps_fns = {
-        "timm, plain loop (same data)": plain_timm_step(config, dataset, timm_model, transform, per_epoch),
-        "timm, plain loop + DataLoader": plain_timm_dataloader_step(config, dataset, timm_model),
+        "timm, plain loop (same data)": plain_timm_step(config, dataset, model, transform, per_epoch),
+        "timm, plain loop + DataLoader": plain_timm_dataloader_step(config, dataset, model),  # same init
     }
     variants = [("vitkit engine (eager)", False)] + ([("vitkit engine (torch.compile)", True)] if compile else [])
     for label, comp in variants:
-        _, _, own, _, _ = _setup(model_name, batch_size)  # each candidate trains its own copy from the same init
-        steps_fns[label] = engine_step(config, dataset, own, transform, per_epoch, comp)
+        _, _, own, _, _ = _setup(*setup)  # each candidate trains its own copy from the same init
+        steps_fns[label] = engine_step(config, dataset, own, transform, comp)
     candidates = {k: (lambda f=f: [f() for _ in range(steps)]) for k, f in steps_fns.items()}
+    workers = EngineProcesses(processes, 1, steps, setup, compile=False) if processes > 1 else None
+    if workers is not None:
+        candidates[f"vitkit engine ({processes} processes x 1 thread)"] = workers
     gemm, gemm_flops = gemm_candidate()
-    candidates["gemm"] = gemm
-    on_round = None
-    if log:
-        on_round = lambda r, t: log(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))  # noqa: E731
-    results = alternate(candidates, rounds=rounds, warmup=2 if compile else 1, on_round=on_round, clock=clock)
+
+    def on_round(r: int, timed: dict[str, float]) -> None:
+        if log:
+            log(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v:.2f}s" for k, v in timed.items()))
+
+    try:
+        results = alternate({**candidates, "gemm": gemm}, rounds, warmup=2 if compile else 1, on_round=on_round,
+                            clock=clock)
+    finally:
+        if workers is not None:
+            workers.close()
     results["gemm"].flops = gemm_flops
-    for name in steps_fns:
-        results[name].images, results[name].flops = b * steps, flops * steps
     rows = []
-    for name in steps_fns:
+    for name in candidates:
         r = results[name]
+        r.images, r.flops = b * steps, flops * steps
         mfu = statistics.median(
             (r.flops / tm) / (gemm_flops / tg) for tm, tg in zip(r.samples, results["gemm"].samples, strict=True)
         )

@@ -4,7 +4,7 @@
     vitkit bench batch      --model ViT-B/16 --batch-sizes 1,2,4,8,16,32    # best batch size
     vitkit bench resolution --models ViT-S/16,ViT-B/16 --sizes 160,224,288,384 --plot out.png   # Appendix D.5
     vitkit bench memory     --model ViT-B/16 --batch-size 32                # gradient-checkpointing saving
-    vitkit bench train      --rounds 5                                      # training step vs timm in a plain loop
+    vitkit bench train      --rounds 5 [--config R.toml] [--processes 2]    # training step vs timm in a plain loop
 """
 
 from __future__ import annotations
@@ -46,6 +46,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-memory", action="store_true", help="resolution: skip the largest-batch measurement")
     parser.add_argument("--time-rounds", type=int, default=0, help="memory: also time both steps, alternated")
     parser.add_argument("--steps", type=int, default=10, help="train: steps per round per candidate")
+    parser.add_argument("--config", default=None, help="train: the recipe (TOML) whose model and data to time "
+                        "(default: the default recipe)")
+    parser.add_argument("--processes", type=int, default=0,
+                        help="train: also time the engine in N one-thread processes (train.processes=N; wall clock)")
     parser.add_argument("--plot", default=None, help="resolution: write the D.5 figure (PNG) here")
     parser.add_argument("--json", default=None, help="also write the rows as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no per-round log on stderr")
@@ -92,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
 
         if args.model:
             raise ValueError("bench train measures the default recipe's model (vitkit.config.RunConfig); drop --model")
-        rows = training_vs_timm(batch_size=args.batch_size, rounds=args.rounds,
-                                steps=args.steps, compile=args.compile, log=log, clock=args.clock)
+        rows = training_vs_timm(batch_size=args.batch_size, rounds=args.rounds, steps=args.steps,
+                                compile=args.compile, log=log, clock=args.clock, recipe=args.config,
+                                processes=args.processes)
         columns = None
     print(suite.format_table(rows, columns))
     if args.json:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,6 +54,14 @@ def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
 def launched_world_size() -> int:
     """The number of processes torchrun (or any launcher setting WORLD_SIZE) started; 1 without one."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def launch_processes(processes: int, threads: int, argv: list[str]) -> int:
+    """`vitkit <argv>` in `processes` local processes, as `torchrun --standalone --nproc_per_node N` runs it
+    (train.processes); returns the launcher's exit code. Each process uses `threads` intra-op threads (1 for 0)."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads or 1)}
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+    return subprocess.run([*launcher, "-m", "vitkit.cli", *argv], env=env, check=False).returncode
 
 
 def restarted_by_torchrun() -> bool:

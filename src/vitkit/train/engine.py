@@ -121,24 +121,14 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
-    loss_function = objective_loss(t)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
     start_step = state["step"]
     forward = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
-    transform = TrainTransform(
-        model.config.img_size,
-        crop=data.crop,
-        flip=data.flip,
-        seed=t.seed,
-        randaugment=data.randaugment,
-        mixup=data.mixup,
-        cutmix=data.cutmix,
-        num_classes=num_classes,
-        in_chans=model.config.in_chans,
-    )
+    transform = train_transform(config, model, num_classes)
+    train_step = TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
     metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
@@ -155,23 +145,12 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     try:
         for step in range(start_step, t.steps):
             step_start = time.perf_counter()
-            torch.manual_seed(step_seed(t.seed, step, rank))  # dropout and drop-path, resumable
-            lr = learning_rate(step, t.steps, config.optim)
-            set_learning_rate(optimizer, lr)
-            indices = shard(global_batch_indices(len(train_set), t.batch_size, t.seed, step), rank, world_size)
-            batch = (train_set, indices, step // per_epoch)
-            loss = accumulate_gradients(forward, loss_function, transform, batch, micro, device, autocast_dtype)
-            loss_value = all_reduce_mean(loss).item()
-            if not math.isfinite(loss_value):
+            try:
+                loss_value, lr = train_step(step)
+            except NonFiniteLoss as error:
                 last = ckpt.latest_checkpoint(run_dir)
                 kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
-                raise NonFiniteLoss(f"loss is {loss_value} at step {step + 1}; stopped before the update ({kept})")
-            if config.optim.grad_clip:
-                nn.utils.clip_grad_norm_(model.parameters(), config.optim.grad_clip, foreach=True)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            if ema is not None:
-                ema.update_parameters(model)
+                raise NonFiniteLoss(f"{error} ({kept})") from None
             done = step + 1
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
@@ -210,6 +189,71 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
+
+
+class TrainStep:
+    """One step of the loop, a function of the step number alone: seed dropout and drop-path, set the learning
+    rate, take this rank's share of the global batch, forward and backward it (in micro-batches), average the loss
+    over ranks, clip, update, average the weights. The engine and `vitkit bench train` both run it."""
+
+    def __init__(
+        self,
+        config: RunConfig,
+        train_set: ImageDataset,
+        model: nn.Module,
+        forward: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        ema: nn.Module | None,
+        transform: TrainTransform,
+        device: torch.device,
+        autocast_dtype: torch.dtype | None,
+    ) -> None:
+        self.config, self.train_set, self.model, self.forward = config, train_set, model, forward
+        self.optimizer, self.ema, self.transform = optimizer, ema, transform
+        self.device, self.autocast_dtype = device, autocast_dtype
+        self.rank, self.world_size = world()
+        t = config.train
+        self.micro = t.micro_batch_size or t.batch_size // self.world_size
+        self.per_epoch = steps_per_epoch(len(train_set), t.batch_size)
+        self.loss_function = objective_loss(t)
+
+    def __call__(self, step: int) -> tuple[float, float]:
+        """Train step `step` (0-based); returns (mean loss over the global batch, learning rate)."""
+        t, optim = self.config.train, self.config.optim
+        torch.manual_seed(step_seed(t.seed, step, self.rank))  # dropout and drop-path, resumable
+        lr = learning_rate(step, t.steps, optim)
+        set_learning_rate(self.optimizer, lr)
+        indices = global_batch_indices(len(self.train_set), t.batch_size, t.seed, step)
+        batch = (self.train_set, shard(indices, self.rank, self.world_size), step // self.per_epoch)
+        loss = accumulate_gradients(
+            self.forward, self.loss_function, self.transform, batch, self.micro, self.device, self.autocast_dtype
+        )
+        loss_value = all_reduce_mean(loss).item()
+        if not math.isfinite(loss_value):
+            raise NonFiniteLoss(f"loss is {loss_value} at step {step + 1}; stopped before the update")
+        if optim.grad_clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip, foreach=True)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        return loss_value, lr
+
+
+def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> TrainTransform:
+    """The batched training augmentation of `config.data` for `model`'s input size and channels."""
+    data = config.data
+    return TrainTransform(
+        model.config.img_size,
+        crop=data.crop,
+        flip=data.flip,
+        seed=config.train.seed,
+        randaugment=data.randaugment,
+        mixup=data.mixup,
+        cutmix=data.cutmix,
+        num_classes=num_classes,
+        in_chans=model.config.in_chans,
+    )
 
 
 def final_evaluation(
