@@ -18,6 +18,7 @@ One process always trains the plain model ("none"), whatever the strategy says.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import pickle
 import subprocess
@@ -110,6 +111,10 @@ def process_group(device: torch.device) -> Iterator[None]:
     try:
         yield
     finally:
+        # The run's models and optimizer are garbage by now, but FSDP's hold reference cycles: collect them first,
+        # so the gloo group is destroyed here and not during interpreter shutdown, where its worker threads
+        # abort the process ("terminate called without an active exception", ~1 FSDP run in 5 without this).
+        gc.collect()
         dist.destroy_process_group()
 
 
