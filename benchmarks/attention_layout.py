@@ -15,6 +15,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
+from vitkit.bench.suite import format_table
 from vitkit.bench.timing import alternate, paired_ratio
 from vitkit.models.vit import Attention
 
@@ -46,11 +47,11 @@ def main() -> None:
         "vitkit: split + head views": lambda: vitkit_layout(x).backward(grad),
     }
     results = alternate(candidates, rounds=args.rounds, warmup=2, clock=args.clock)
-    print(f"| one attention layer, forward + backward ({args.threads} thread(s), {args.clock} clock, "
-          f"{args.rounds} rounds) | median ms | speed vs timm's layout |")
-    print("|---|---|---|")
-    for name, r in results.items():
-        print(f"| {name} | {1e3 * r.median:.1f} | {paired_ratio(results, name, 'timm: permute + unbind'):.2f}x |")
+    layer = f"one attention layer, forward + backward ({args.threads} thread(s), {args.clock} clock, {args.rounds} rounds)"
+    print(format_table([
+        {layer: name, "median ms": 1e3 * r.median, "vs timm's layout": paired_ratio(results, name, "timm: permute + unbind")}
+        for name, r in results.items()
+    ]))
 
 
 if __name__ == "__main__":

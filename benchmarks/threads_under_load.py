@@ -15,6 +15,7 @@ import argparse
 import torch
 
 import vitkit
+from vitkit.bench.suite import format_table
 from vitkit.bench.timing import alternate, gemm_candidate
 from vitkit.flops import count_flops
 
@@ -43,10 +44,10 @@ def main() -> None:
         candidates[f"{args.model} x{args.batch_size}, {n} thread(s)"] = (with_threads(n, lambda: model(x)), flops)
         candidates[f"GEMM 2048^3, {n} thread(s)"] = (with_threads(n, gemm), gemm_flops)
     results = alternate({k: fn for k, (fn, _) in candidates.items()}, rounds=args.rounds)
-    print("| candidate | wall s (median) | GFLOP/s |\n|---|---|---|")
-    for name, (_, work) in candidates.items():
-        r = results[name]
-        print(f"| {name} | {r.median:.3f} | {work / r.median / 1e9:.1f} |")
+    print(format_table([
+        {"candidate": name, "wall s (median)": results[name].median, "GFLOP/s": work / results[name].median / 1e9}
+        for name, (_, work) in candidates.items()
+    ]))
 
 
 if __name__ == "__main__":

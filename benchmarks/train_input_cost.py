@@ -1,7 +1,7 @@
 """Cost per batch of the two input pipelines compared in `vitkit bench train`: the engine's batched TrainTransform
 and a conventional DataLoader with per-sample torchvision v2 transforms (Fashion-MNIST, batch 128), side by side.
 
-    python benchmarks/train_input_cost.py [--threads 1] [--clock cpu] [--rounds 7]
+    python benchmarks/train_input_cost.py [--threads 1] [--clock cpu] [--rounds 7] [--config configs/R.toml]
 """
 
 from __future__ import annotations
@@ -10,9 +10,10 @@ import argparse
 
 import torch
 
+from vitkit.bench.suite import format_table
 from vitkit.bench.timing import alternate
-from vitkit.bench.training import _TorchvisionImages
-from vitkit.data import TrainTransform, global_batch_indices, load_dataset
+from vitkit.bench.training import _setup, _TorchvisionImages
+from vitkit.data import global_batch_indices
 
 
 def main() -> None:
@@ -20,20 +21,21 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--config", default=None, help="recipe (TOML) whose crop and flip to time (default: the default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    dataset = load_dataset("fashion_mnist", "train")
-    transform = TrainTransform(28, crop="resize_crop", in_chans=1, num_classes=len(dataset.classes))
+    config, dataset, model, transform, _ = _setup(None, None, args.config)
+    batch_size = config.train.batch_size
     step = [0]
 
     def engine_batch() -> None:
         step[0] += 1
-        indices = global_batch_indices(len(dataset), args.batch_size, 0, step[0])
+        indices = global_batch_indices(len(dataset), batch_size, 0, step[0])
         transform(dataset.images[indices], dataset.labels[indices], indices, 0)
 
     loader = torch.utils.data.DataLoader(
-        _TorchvisionImages(dataset, 28), batch_size=args.batch_size, shuffle=True, num_workers=0
+        _TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip),
+        batch_size=batch_size, shuffle=True, num_workers=0,
     )
     batches = [iter(loader)]
 
@@ -48,10 +50,11 @@ def main() -> None:
         {"engine: TrainTransform (batched)": engine_batch, "DataLoader + torchvision v2 per sample": dataloader_batch},
         rounds=args.rounds, iters=3, clock=args.clock,
     )
-    print(f"| input pipeline ({args.threads} thread(s), {args.clock} clock) | ms per batch of {args.batch_size} | images/s |")
-    print("|---|---|---|")
-    for name, r in results.items():
-        print(f"| {name} | {1000 * r.median:.1f} | {args.batch_size / r.median:,.0f} |")
+    pipeline = f"input pipeline ({args.threads} thread(s), {args.clock} clock)"
+    print(format_table([
+        {pipeline: name, f"ms per batch of {batch_size}": 1000 * r.median, "images/s": batch_size / r.median}
+        for name, r in results.items()
+    ]))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vitkit
+from vitkit.bench.suite import format_table
 from vitkit.bench.timing import alternate, paired_ratio
 from vitkit.config import RunConfig
 
@@ -55,11 +56,11 @@ def main() -> None:
     }
     results = alternate(candidates, rounds=args.rounds, clock=args.clock)
     base = "forward + backward only"
-    print(f"| {args.threads} thread(s), {args.clock} clock, {args.steps} steps of batch {config.train.batch_size} "
-          f"| median s | time vs forward + backward |")
-    print("|---|---|---|")
-    for name, r in results.items():
-        print(f"| {name} | {r.median:.3f} | {1 / paired_ratio(results, name, base):.3f} |")
+    setting = f"{args.threads} thread(s), {args.clock} clock, {args.steps} steps of batch {config.train.batch_size}"
+    print(format_table([
+        {setting: name, "median s": r.median, "time vs forward + backward": 1 / paired_ratio(results, name, base)}
+        for name, r in results.items()
+    ]))
 
 
 if __name__ == "__main__":

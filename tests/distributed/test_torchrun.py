@@ -92,6 +92,15 @@ def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny, monkeypat
     assert "processes = 2" in (run / "config.toml").read_text()
 
 
+def test_train_processes_reports_a_failed_rank_in_one_line(tmp_path, tiny, monkeypatch, capfd):
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    args = ["train", "--out", str(tmp_path / "run"), "--steps", "5", *tiny, "train.processes=2"]
+    assert cli.main([*args, "data.dataset=cifar10", f"data.data_dir={tmp_path}"]) == 2
+    err = capfd.readouterr().err
+    assert "vitkit train: error: CIFAR-10 train" in err and "Traceback" not in err
+
+
 def test_a_checkpoint_of_two_fsdp_processes_resumes_in_one(runs, tmp_path):
     _, _, fsdp = runs
     resumed = truncate(fsdp, tmp_path / "resumed", step=20)

@@ -18,9 +18,8 @@ with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_n
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +50,7 @@ def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = 
 def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> Callable[[], float]:
     """The engine's own `TrainStep` (DDP when a process group is initialised), called at steps 0, 1, 2, ...;
     returns the loss."""
+    from vitkit.train.averaging import ema_model
     from vitkit.train.distributed import data_parallel, resolve_strategy, world
     from vitkit.train.engine import TrainStep
     from vitkit.train.optim import build_optimizer
@@ -60,7 +60,8 @@ def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> 
     forward = data_parallel(model, resolve_strategy(config.train.strategy, world()[1]), cpu)
     forward = torch.compile(forward) if compile else forward
     model.train()
-    train_step = TrainStep(config, dataset, model, forward, optimizer, None, transform, cpu, None)
+    ema = ema_model(model, config.train.ema_decay) if config.train.ema_decay else None
+    train_step = TrainStep(config, dataset, model, forward, optimizer, ema, transform, cpu, None)
     counter = iter(range(10**9))
     return lambda: train_step(next(counter))[0]
 
@@ -169,21 +170,6 @@ def _engine_rank(rank: int, processes: int, threads: int, port: int, connection,
         dist.destroy_process_group()
 
 
-@contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
-    """Environment variables set for the duration (for child processes started meanwhile)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
 class EngineProcesses:
     """The engine as `train.processes = N` runs it (N data-parallel processes of `threads` threads, DDP over
     gloo), driven from this process: a call runs `steps` steps in every worker and returns when all are done.
@@ -192,6 +178,8 @@ class EngineProcesses:
     def __init__(self, processes: int, threads: int, steps: int, setup: tuple, compile: bool) -> None:
         import socket
 
+        from vitkit.train.distributed import environment
+
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -199,7 +187,7 @@ class EngineProcesses:
         self.steps, self.connections, self.workers = steps, [], []
         # As the launcher sets it: OpenMP sized at start-up, not only narrowed later by torch.set_num_threads
         # (measured here: ~15% slower without).
-        with _environment(OMP_NUM_THREADS=str(threads)):
+        with environment(OMP_NUM_THREADS=str(threads)):
             for rank in range(processes):
                 ours, theirs = context.Pipe()
                 worker = context.Process(

@@ -21,7 +21,6 @@ import contextlib
 import gc
 import os
 import pickle
-import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -59,10 +58,39 @@ def launched_world_size() -> int:
 
 def launch_processes(processes: int, threads: int, argv: list[str]) -> int:
     """`vitkit <argv>` in `processes` local processes, as `torchrun --standalone --nproc_per_node N` runs it
-    (train.processes); returns the launcher's exit code. Each process uses `threads` intra-op threads (1 for 0)."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads or 1)}
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
-    return subprocess.run([*launcher, "-m", "vitkit.cli", *argv], env=env, check=False).returncode
+    (train.processes), through torch's elastic launcher; each process uses `threads` intra-op threads (1 for 0).
+    Returns 0, or the first failed process's exit code (its own error message is already on stderr)."""
+    import uuid
+
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,  # torchrun --standalone
+    )
+    try:
+        with environment(OMP_NUM_THREADS=str(threads or 1)):  # inherited by the workers, as torchrun sets it
+            elastic_launch(config, sys.executable)("-m", "vitkit.cli", *argv)
+    except ChildFailedError as error:
+        failure = error.get_first_failure()[1]
+        return failure.exitcode if failure.exitcode > 0 else 1
+    return 0
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Environment variables set for the duration (for the child processes started meanwhile)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def restarted_by_torchrun() -> bool:
