@@ -1,5 +1,5 @@
-"""`vitkit bench train`'s candidates run the engine's own step: in this process, and in N processes as
-`train.processes = N` runs it. Functional only -- nothing here asserts a speed."""
+"""`vitkit bench train`'s candidates: the engine's own step and the plain timm loop, each in processes of its own
+(N of them as `train.processes = N` runs the engine). Functional only -- nothing here asserts a speed."""
 
 import pytest
 
@@ -40,7 +40,7 @@ def test_engine_in_two_processes_trains_like_the_engine_in_one(recipe):
     config, dataset, model, transform, _ = training._setup(*setup)
     one_process = training.engine_step(config, dataset, model, transform, compile=False)
     expected = [one_process() for _ in range(4)]
-    workers = training.EngineProcesses(2, threads=1, steps=1, setup=setup, compile=False)
+    workers = training.StepProcesses(2, threads=1, steps=1, build=(training.engine_in_worker, setup, False))
     try:
         losses = [workers() for _ in range(4)]
     finally:
@@ -49,6 +49,23 @@ def test_engine_in_two_processes_trains_like_the_engine_in_one(recipe):
     assert expected[-1] < expected[0]  # it trains
 
 
-def test_processes_need_the_wall_clock(recipe):
-    with pytest.raises(ValueError, match="wall"):
-        training.training_vs_timm(recipe=recipe, rounds=1, steps=1, clock="cpu", processes=2)
+def test_every_candidate_runs_in_its_own_processes_and_is_reported(recipe):
+    rows = training.training_vs_timm(recipe=recipe, rounds=1, steps=1)  # N processes: the test above
+    names = [row["implementation"] for row in rows]
+    threads = training.torch.get_num_threads()
+    assert names == [
+        "timm, plain loop (same data)",
+        "timm, plain loop + DataLoader",
+        "timm, plain loop (same data, freed memory kept)",
+        f"vitkit engine (1 process x {threads} threads)",
+        "GEMM 2048^3 (ceiling)",
+    ]
+    assert rows[0]["vs timm (same data)"] == 1.0
+    assert all(row["images/s"] > 0 and row["MFU"] > 0 for row in rows[:-1])
+
+
+def test_bench_train_refuses_the_cpu_clock(capsys):
+    from vitkit import cli
+
+    assert cli.main(["bench", "train", "--clock", "cpu", "--quiet"]) == 2
+    assert "--clock wall" in capsys.readouterr().err

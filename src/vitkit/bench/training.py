@@ -1,18 +1,23 @@
 """Training throughput: the vitkit engine's full step against timm's model of the same shape in a plain loop.
 
 The engine side is the engine's own `vitkit.train.engine.TrainStep` (seeding, learning rate, batched data,
-forward, backward, loss averaging, foreach clipping, fused AdamW, EMA when the recipe has it), built from the
-recipe as `vitkit train` builds it, minus logging, evaluation and checkpoints (none of which runs on an ordinary
-step). It runs in this process at the benchmark's thread count, compiled with `compile`, and with `processes` N
-as `train.processes = N` runs it: N one-thread processes, DDP over gloo (`EngineProcesses`).
+forward, backward, loss averaging, foreach clipping, fused AdamW, EMA when the recipe has it, glibc keeping freed
+memory), built from the recipe as `vitkit train` builds it, minus logging, evaluation and checkpoints (none of
+which runs on an ordinary step). It runs in one process at the benchmark's thread count, compiled with `compile`,
+and with `processes` N as `train.processes = N` runs it: N one-thread processes, DDP over gloo.
 
 The plain loop is what one writes by hand around timm: the same weights (`vitkit.to_timm`), `torch.optim.AdamW`
-with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_norm_`. It runs twice:
+with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_norm_`. It runs three times:
   - "same data": batches from the same `TrainTransform` on the same indices, so data work is identical and only
     model, optimizer and loop differ;
   - "+ DataLoader": the conventional input pipeline, a `torch.utils.data.DataLoader` (batch 128, shuffled,
     `num_workers=0`: on 2 cores a worker process would take a core from the model) over the in-memory uint8 images
-    with the equivalent torchvision transforms per sample (the recipe's crop and flip, to float, normalise).
+    with the equivalent torchvision transforms per sample (the recipe's crop and flip, to float, normalise);
+  - "same data, freed memory kept": with glibc tuned as the engine tunes it (vitkit.train.allocator), to show
+    how much of the difference that alone is.
+
+Every candidate runs in processes of its own (`StepProcesses`), all started alike, so none inherits another's
+allocator state or threads; this process only alternates them and times them on the wall clock.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.bench.timing import alternate, gemm_candidate, paired_ratio, ratio_range
+from vitkit.train.allocator import keep_freed_memory
 
 
 def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = None):
@@ -56,6 +62,7 @@ def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> 
     from vitkit.train.optim import build_optimizer
 
     cpu = torch.device("cpu")
+    keep_freed_memory()  # as `vitkit train` does on CPU
     optimizer = build_optimizer(model, config.optim, cpu)
     forward = data_parallel(model, resolve_strategy(config.train.strategy, world()[1]), cpu)
     forward = torch.compile(forward) if compile else forward
@@ -153,29 +160,49 @@ def plain_timm_dataloader_step(config, dataset, model: nn.Module) -> Callable[[]
     return step
 
 
-def _engine_rank(rank: int, processes: int, threads: int, port: int, connection, setup: tuple, compile: bool) -> None:
-    """One worker of the multi-process engine: joins a gloo group of `processes`, builds the engine step (DDP),
-    then runs as many steps as each request asks for until asked for 0."""
+def engine_in_worker(setup: tuple, compile: bool) -> Callable[[], float]:
+    """A worker's engine step, built as `vitkit train` builds it (for `StepProcesses`)."""
+    config, dataset, model, transform, _ = _setup(*setup)
+    return engine_step(config, dataset, model, transform, compile)
+
+
+def timm_in_worker(setup: tuple, data: str, keep_memory: bool) -> Callable[[], float]:
+    """A worker's plain timm loop, fed `data` ('same data' or 'DataLoader'); with `keep_memory`, glibc tuned as
+    the engine tunes it, to show what that alone is worth to a hand-written loop."""
+    config, dataset, model, transform, per_epoch = _setup(*setup)
+    if keep_memory:
+        keep_freed_memory()
+    if data == "DataLoader":
+        return plain_timm_dataloader_step(config, dataset, model)
+    return plain_timm_step(config, dataset, model, transform, per_epoch)
+
+
+def _worker(rank: int, processes: int, threads: int, port: int, connection, build: tuple) -> None:
+    """One process of a candidate: joins a gloo group when there are several, builds its step with
+    `build[0](*build[1:])`, then runs as many steps as each request asks for until asked for 0."""
     import torch.distributed as dist
 
     torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes)
+    if processes > 1:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes)
     try:
-        config, dataset, model, transform, _ = _setup(*setup)
-        step = engine_step(config, dataset, model, transform, compile)
+        step = build[0](*build[1:])
         connection.send("ready")
         while (steps := connection.recv()) > 0:
             connection.send([step() for _ in range(steps)][-1])
     finally:
-        dist.destroy_process_group()
+        if processes > 1:
+            dist.destroy_process_group()
 
 
-class EngineProcesses:
-    """The engine as `train.processes = N` runs it (N data-parallel processes of `threads` threads, DDP over
-    gloo), driven from this process: a call runs `steps` steps in every worker and returns when all are done.
-    This process only waits meanwhile, so the workers have the cores to themselves; time it on the wall clock."""
+class StepProcesses:
+    """One candidate in processes of its own: `processes` spawned workers of `threads` threads (data-parallel
+    over gloo when more than one, as `train.processes = N` runs the engine), each building its step from `build`
+    (a module-level function and its arguments). A call runs `steps` steps in every worker and returns when all
+    are done. Every candidate thus starts from the same fresh process state, and this process only waits
+    meanwhile, so the workers have the cores to themselves; time it on the wall clock."""
 
-    def __init__(self, processes: int, threads: int, steps: int, setup: tuple, compile: bool) -> None:
+    def __init__(self, processes: int, threads: int, steps: int, build: tuple) -> None:
         import socket
 
         from vitkit.train.distributed import environment
@@ -191,7 +218,7 @@ class EngineProcesses:
             for rank in range(processes):
                 ours, theirs = context.Pipe()
                 worker = context.Process(
-                    target=_engine_rank, args=(rank, processes, threads, port, theirs, setup, compile), daemon=True
+                    target=_worker, args=(rank, processes, threads, port, theirs, build), daemon=True
                 )
                 worker.start()
                 theirs.close()  # so a worker that dies is an EOFError here, not a hang
@@ -202,7 +229,7 @@ class EngineProcesses:
                 connection.recv()
             except EOFError:
                 self.close()
-                raise RuntimeError(f"engine worker {rank} failed to start (its traceback is above)") from None
+                raise RuntimeError(f"benchmark worker {rank} failed to start (its traceback is above)") from None
 
     def __call__(self) -> float:
         for connection in self.connections:
@@ -227,45 +254,44 @@ def training_vs_timm(
     steps: int = 10,
     compile: bool = False,
     log: Callable[[str], None] | None = None,
-    clock: str = "wall",
     recipe: str | None = None,
     processes: int = 0,
 ) -> list[dict]:
-    """Images/s of the engine step (eager, compiled with `compile`, and in `processes` one-thread processes when
-    > 1) and of the plain timm loop, alternated `steps` steps at a time, with the training FLOPs (3x forward) as
-    a fraction of a GEMM ceiling. `recipe` (a TOML file) replaces the default recipe."""
+    """Images/s of the engine step (in one process of this process's thread count, compiled too with `compile`,
+    and in `processes` one-thread processes when > 1) and of the plain timm loop, every candidate in processes
+    of its own, alternated `steps` steps at a time on the wall clock, with the training FLOPs (3x forward) as a
+    fraction of a GEMM ceiling measured here. `recipe` (a TOML file) replaces the default recipe."""
     from vitkit.flops import count_flops, count_parameters
 
-    if processes > 1 and clock != "wall":
-        raise ValueError("the multi-process engine runs in other processes: time it with clock='wall'")
     setup = (model_name, batch_size, recipe)
-    config, dataset, model, transform, per_epoch = _setup(*setup)
+    config, _, model, _, _ = _setup(*setup)
     b = config.train.batch_size
     flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)
-    steps_fns = {
-        "timm, plain loop (same data)": plain_timm_step(config, dataset, model, transform, per_epoch),
-        "timm, plain loop + DataLoader": plain_timm_dataloader_step(config, dataset, model),  # same init
+    threads = torch.get_num_threads()
+    builds = {
+        "timm, plain loop (same data)": (1, threads, (timm_in_worker, setup, "same data", False)),
+        "timm, plain loop + DataLoader": (1, threads, (timm_in_worker, setup, "DataLoader", False)),
+        "timm, plain loop (same data, freed memory kept)": (1, threads, (timm_in_worker, setup, "same data", True)),
     }
-    variants = [("vitkit engine (eager)", False)] + ([("vitkit engine (torch.compile)", True)] if compile else [])
-    for label, comp in variants:
-        _, _, own, _, _ = _setup(*setup)  # each candidate trains its own copy from the same init
-        steps_fns[label] = engine_step(config, dataset, own, transform, comp)
-    candidates = {k: (lambda f=f: [f() for _ in range(steps)]) for k, f in steps_fns.items()}
-    compiled = [False, True] if compile else [False]
-    groups = [EngineProcesses(processes, 1, steps, setup, compile=c) for c in compiled] if processes > 1 else []
-    for group, comp in zip(groups, compiled, strict=False):
-        candidates[f"vitkit engine ({processes} processes x 1 thread{', torch.compile' if comp else ''})"] = group
+    for comp in [False, True] if compile else [False]:
+        suffix = ", torch.compile" if comp else ""
+        builds[f"vitkit engine (1 process x {threads} threads{suffix})"] = (1, threads, (engine_in_worker, setup, comp))
+        if processes > 1:
+            builds[f"vitkit engine ({processes} processes x 1 thread{suffix})"] = (
+                processes, 1, (engine_in_worker, setup, comp))
     gemm, gemm_flops = gemm_candidate()
 
     def on_round(r: int, timed: dict[str, float]) -> None:
         if log:
             log(f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v:.2f}s" for k, v in timed.items()))
 
+    candidates: dict[str, StepProcesses] = {}
     try:
-        results = alternate({**candidates, "gemm": gemm}, rounds, warmup=2 if compile else 1, on_round=on_round,
-                            clock=clock)
+        for name, (n, t, build) in builds.items():
+            candidates[name] = StepProcesses(n, t, steps, build)
+        results = alternate({**candidates, "gemm": gemm}, rounds, warmup=2 if compile else 1, on_round=on_round)
     finally:
-        for group in groups:
+        for group in candidates.values():
             group.close()
     results["gemm"].flops = gemm_flops
     for name in candidates:

@@ -39,6 +39,7 @@ from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
+from vitkit.train.allocator import keep_freed_memory
 from vitkit.train.averaging import ema_model
 from vitkit.train.distributed import (
     all_reduce_mean,
@@ -91,6 +92,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     device = local_device(resolve_device(t.device))
     if t.threads:
         torch.set_num_threads(t.threads)
+    if device.type == "cpu":
+        keep_freed_memory()
     autocast_dtype = mixed_precision(t.precision, device)
     per_rank = t.batch_size // world_size
     micro = t.micro_batch_size or per_rank

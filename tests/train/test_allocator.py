@@ -1,0 +1,34 @@
+"""glibc keeps freed tensor memory after `keep_freed_memory`, so a loop's large blocks stop faulting pages in."""
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+LOOP = """
+import resource, sys, torch
+from vitkit.train.allocator import keep_freed_memory
+if sys.argv[1] == "keep":
+    assert keep_freed_memory()
+def step():
+    torch.ones(12 << 20).sum()  # 48 MiB: above glibc's largest dynamic mmap threshold
+step()
+step()  # the heap has grown to hold it
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(10):
+    step()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
+"""
+
+
+def page_faults_per_step(mode: str) -> float:
+    out = subprocess.run([sys.executable, "-c", LOOP, mode], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
+def test_freed_blocks_are_reused_instead_of_faulted_in_again():
+    pages = (48 << 20) // 4096
+    assert page_faults_per_step("default") > pages / 2  # each step maps and faults in a fresh block
+    assert page_faults_per_step("keep") < pages / 100
