@@ -198,7 +198,10 @@ def data_parallel(model: nn.Module, strategy: str, device: torch.device) -> nn.M
         return model
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # Gradients as views into DDP's all-reduce buckets: no copy into the buckets and back each step.
+    return DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True
+    )
 
 
 @contextlib.contextmanager
