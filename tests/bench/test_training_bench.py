@@ -55,8 +55,9 @@ def test_every_candidate_runs_in_its_own_processes_and_is_reported(recipe):
     threads = training.torch.get_num_threads()
     assert names == [
         "timm, plain loop (same data)",
-        "timm, plain loop + DataLoader",
         "timm, plain loop (same data, freed memory kept)",
+        "timm, plain loop (DataLoader)",
+        "timm, plain loop (DataLoader, freed memory kept)",
         f"vitkit engine (1 process x {threads} threads)",
         "GEMM 2048^3 (ceiling)",
     ]

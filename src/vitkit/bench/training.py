@@ -7,14 +7,14 @@ which runs on an ordinary step). It runs in one process at the benchmark's threa
 and with `processes` N as `train.processes = N` runs it: N one-thread processes, DDP over gloo.
 
 The plain loop is what one writes by hand around timm: the same weights (`vitkit.to_timm`), `torch.optim.AdamW`
-with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_norm_`. It runs three times:
+with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_norm_`, fed two ways:
   - "same data": batches from the same `TrainTransform` on the same indices, so data work is identical and only
     model, optimizer and loop differ;
-  - "+ DataLoader": the conventional input pipeline, a `torch.utils.data.DataLoader` (batch 128, shuffled,
+  - "DataLoader": the conventional input pipeline, a `torch.utils.data.DataLoader` (batch 128, shuffled,
     `num_workers=0`: on 2 cores a worker process would take a core from the model) over the in-memory uint8 images
     with the equivalent torchvision transforms per sample (the recipe's crop and flip, to float, normalise);
-  - "same data, freed memory kept": with glibc tuned as the engine tunes it (vitkit.train.allocator), to show
-    how much of the difference that alone is.
+and each of the two again with glibc tuned as the engine tunes it ("freed memory kept", vitkit.train.allocator),
+to show how much of the difference that alone is.
 
 Every candidate runs in processes of its own (`StepProcesses`), all started alike, so none inherits another's
 allocator state or threads; this process only alternates them and times them on the wall clock.
@@ -268,10 +268,13 @@ def training_vs_timm(
     b = config.train.batch_size
     flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)
     threads = torch.get_num_threads()
+    peers = {
+        data + (", freed memory kept" if keep else ""): (data, keep)
+        for data in ("same data", "DataLoader") for keep in (False, True)
+    }
     builds = {
-        "timm, plain loop (same data)": (1, threads, (timm_in_worker, setup, "same data", False)),
-        "timm, plain loop + DataLoader": (1, threads, (timm_in_worker, setup, "DataLoader", False)),
-        "timm, plain loop (same data, freed memory kept)": (1, threads, (timm_in_worker, setup, "same data", True)),
+        f"timm, plain loop ({peer})": (1, threads, (timm_in_worker, setup, data, keep))
+        for peer, (data, keep) in peers.items()
     }
     for comp in [False, True] if compile else [False]:
         suffix = ", torch.compile" if comp else ""
@@ -303,10 +306,10 @@ def training_vs_timm(
             (r.flops / tm) / (gemm_flops / tg) for tm, tg in zip(r.samples, results["gemm"].samples, strict=True)
         )
         rows.append({"implementation": name, "images/s": r.images_per_s, "GFLOP/s": r.gflops_per_s, "MFU": mfu})
-        for ref, label in (("timm, plain loop (same data)", "same data"), ("timm, plain loop + DataLoader", "DataLoader")):
-            lo, hi = ratio_range(results, name, ref)
-            rows[-1][f"vs timm ({label})"] = paired_ratio(results, name, ref)
-            rows[-1][f"range ({label})"] = f"{lo:.2f}-{hi:.2f}"
+        for peer in peers:
+            lo, hi = ratio_range(results, name, f"timm, plain loop ({peer})")
+            rows[-1][f"vs timm ({peer})"] = paired_ratio(results, name, f"timm, plain loop ({peer})")
+            rows[-1][f"range ({peer})"] = f"{lo:.2f}-{hi:.2f}"
         rows[-1]["spread"] = r.spread
     g = results["gemm"]
     rows.append({"implementation": "GEMM 2048^3 (ceiling)", "GFLOP/s": g.gflops_per_s, "spread": g.spread})

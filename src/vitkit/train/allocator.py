@@ -3,11 +3,17 @@
 PyTorch's CPU tensors come from the C library's malloc. glibc serves large blocks (over 128 KiB, a threshold it
 raises to at most 32 MiB as it goes) with fresh mmap pages and hands freed memory at the top of its heap back to
 the OS, so every step of a training loop faults its activations and gradients in again, page by page, each page
-zeroed by the kernel. Measured on the default Fashion-MNIST model (one process, batch 64): ~8,000 page faults per
-step, and the step ~1.15x faster without them (docs/BENCHMARKS.md). `vitkit train` therefore raises both
+zeroed by the kernel: ~8,000 page faults per step of the default Fashion-MNIST model at batch 64, ~16,000 at 128,
+and the step 1.08x (batch 64, one thread) to 1.14x (batch 128, two threads) faster without them
+(`python benchmarks/page_faults.py`, docs/BENCHMARKS.md). `vitkit train` therefore raises both
 thresholds on CPU, which is what setting MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ before start-up does
 (PyTorch's CPU tuning guide recommends a caching allocator, jemalloc or tcmalloc, for the same reason). The
 process then keeps its peak heap, like torch.cuda's caching allocator, instead of returning it after each step.
+
+glibc also adapts on its own: once a process frees a block above the current threshold (an evaluation pass at
+batch 500 does), the trimming mostly stops. A run that evaluates early therefore gains little (the 30-minute
+recipe, evaluating every 1,000 steps: the same wall time within the machine's drift); one that never evaluates
+(the default recipe) gains on every step. Tuning at the start makes the step's speed independent of that history.
 """
 
 from __future__ import annotations
