@@ -1,5 +1,7 @@
-"""glibc keeps freed tensor memory after `keep_freed_memory`, so a loop's large blocks stop faulting pages in."""
+"""glibc keeps freed tensor memory after `keep_freed_memory` -- which the engine's training step calls on CPU -- so a
+loop's large blocks stop faulting pages in."""
 
+import os
 import platform
 import subprocess
 import sys
@@ -11,6 +13,9 @@ import resource, sys, torch
 from vitkit.train.allocator import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
+if sys.argv[1] == "engine":  # the engine's TrainStep, built as vitkit train and vitkit bench train build it
+    from vitkit.bench.training import engine_in_worker
+    engine_in_worker((None, 32, None), False)
 def step():
     torch.ones(12 << 20).sum()  # 48 MiB: above glibc's largest dynamic mmap threshold
 step()
@@ -23,7 +28,8 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 
 
 def page_faults_per_step(mode: str) -> float:
-    out = subprocess.run([sys.executable, "-c", LOOP, mode], capture_output=True, text=True, check=True)
+    env = {**os.environ, "VITKIT_EMBEDDED": "1"}  # the engine's training set: the subset shipped in the package
+    out = subprocess.run([sys.executable, "-c", LOOP, mode], capture_output=True, text=True, check=True, env=env)
     return float(out.stdout)
 
 
@@ -32,3 +38,8 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again():
     pages = (48 << 20) // 4096
     assert page_faults_per_step("default") > pages / 2  # each step maps and faults in a fresh block
     assert page_faults_per_step("keep") < pages / 100
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
+def test_the_engines_training_step_keeps_freed_memory():
+    assert page_faults_per_step("engine") < (48 << 20) // 4096 / 100

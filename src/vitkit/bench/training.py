@@ -62,7 +62,6 @@ def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> 
     from vitkit.train.optim import build_optimizer
 
     cpu = torch.device("cpu")
-    keep_freed_memory()  # as `vitkit train` does on CPU
     optimizer = build_optimizer(model, config.optim, cpu)
     forward = data_parallel(model, resolve_strategy(config.train.strategy, world()[1]), cpu)
     forward = torch.compile(forward) if compile else forward

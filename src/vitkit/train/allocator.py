@@ -5,7 +5,7 @@ raises to at most 32 MiB as it goes) with fresh mmap pages and hands freed memor
 the OS, so every step of a training loop faults its activations and gradients in again, page by page, each page
 zeroed by the kernel: ~8,000 page faults per step of the default Fashion-MNIST model at batch 64, ~16,000 at 128,
 and the step 1.08x (batch 64, one thread) to 1.14x (batch 128, two threads) faster without them
-(`python benchmarks/page_faults.py`, docs/BENCHMARKS.md). `vitkit train` therefore raises both
+(`python benchmarks/page_faults.py`, docs/BENCHMARKS.md). The engine's `TrainStep` therefore raises both
 thresholds on CPU, which is what setting MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ before start-up does
 (PyTorch's CPU tuning guide recommends a caching allocator, jemalloc or tcmalloc, for the same reason). The
 process then keeps its peak heap, like torch.cuda's caching allocator, instead of returning it after each step.

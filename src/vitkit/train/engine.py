@@ -92,8 +92,6 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     device = local_device(resolve_device(t.device))
     if t.threads:
         torch.set_num_threads(t.threads)
-    if device.type == "cpu":
-        keep_freed_memory()
     autocast_dtype = mixed_precision(t.precision, device)
     per_rank = t.batch_size // world_size
     micro = t.micro_batch_size or per_rank
@@ -214,6 +212,8 @@ class TrainStep:
         self.config, self.train_set, self.model, self.forward = config, train_set, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
+        if device.type == "cpu":
+            keep_freed_memory()  # the step's freed activations and gradients stay in the process for the next
         self.rank, self.world_size = world()
         t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
