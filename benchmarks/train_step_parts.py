@@ -15,7 +15,7 @@ from torch import nn
 import vitkit
 from vitkit.bench.suite import format_table
 from vitkit.bench.timing import alternate, paired_ratio
-from vitkit.config import RunConfig
+from vitkit.train.recipe import RunConfig
 
 
 def main() -> None:

@@ -2,8 +2,9 @@
 
 import pytest
 
-from vitkit.config import RunConfig, apply_overrides
+from vitkit import collectives
 from vitkit.train import distributed
+from vitkit.train.recipe import RunConfig, apply_overrides
 
 
 def test_one_process_trains_the_plain_model_whatever_the_strategy():
@@ -25,8 +26,8 @@ def test_without_torchrun_the_helpers_are_the_identity(monkeypatch):
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with distributed.process_group(torch.device("cpu")):
-        assert distributed.world() == (0, 1)
-        assert distributed.broadcast_object({"a": 1}) == {"a": 1}
-        distributed.barrier()
+        assert collectives.world() == (0, 1)
+        assert collectives.broadcast_object({"a": 1}) == {"a": 1}
+        collectives.barrier()
     assert distributed.backend_for(torch.device("cpu")) == "gloo"
     assert distributed.backend_for(torch.device("cuda", 0)) == "nccl"

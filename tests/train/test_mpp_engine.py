@@ -12,7 +12,7 @@ from test_resume import STATEFUL, assert_bitwise_equal
 
 import vitkit
 from vitkit import cli
-from vitkit.config import RunConfig, apply_overrides, finetune_defaults
+from vitkit.train.recipe import RunConfig, apply_overrides, finetune_defaults
 from vitkit.data import balanced_subset, load_dataset
 from vitkit.models import ResNetConfig, build_model, config_from_dict
 from vitkit.models.vit import VisionTransformer

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit import create_model
-from vitkit.config import OptimSection
+from vitkit.train.recipe import OptimSection
 from vitkit.train.averaging import ema_model
 from vitkit.train.objectives import classification_loss
 from vitkit.train.optim import build_optimizer, learning_rate

@@ -36,7 +36,7 @@ from vitkit.train.allocator import keep_freed_memory
 
 def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = None):
     """The recipe (the default one unless `recipe` names a TOML file), its training set, model and transform."""
-    from vitkit.config import ModelSection, RunConfig, load_config
+    from vitkit.train.recipe import ModelSection, RunConfig, load_config
     from vitkit.data import load_dataset, steps_per_epoch
     from vitkit.train.engine import build_run_model, train_transform
 
@@ -57,7 +57,8 @@ def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> 
     """The engine's own `TrainStep` (DDP when a process group is initialised), called at steps 0, 1, 2, ...;
     returns the loss."""
     from vitkit.train.averaging import ema_model
-    from vitkit.train.distributed import data_parallel, resolve_strategy, world
+    from vitkit.collectives import world
+    from vitkit.train.distributed import data_parallel, resolve_strategy
     from vitkit.train.engine import TrainStep
     from vitkit.train.optim import build_optimizer
 

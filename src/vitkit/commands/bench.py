@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         from vitkit.bench.training import training_vs_timm
 
         if args.model:
-            raise ValueError("bench train measures the default recipe's model (vitkit.config.RunConfig); drop --model")
+            raise ValueError("bench train measures the default recipe's model (vitkit.train.recipe.RunConfig); drop --model")
         if args.clock != "wall":
             raise ValueError("bench train runs every candidate in processes of its own: time it with --clock wall")
         rows = training_vs_timm(batch_size=args.batch_size, rounds=args.rounds, steps=args.steps,

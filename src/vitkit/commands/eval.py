@@ -24,7 +24,8 @@ def run(args: argparse.Namespace) -> int:
     from vitkit import load_weights
     from vitkit.data import load_dataset
     from vitkit.evaluate import evaluate
-    from vitkit.train.engine import mixed_precision, resolve_device
+    from vitkit.device import resolve_device
+    from vitkit.precision import mixed_precision
     from vitkit.train.report import plot_confusion
 
     dataset = load_dataset(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt)

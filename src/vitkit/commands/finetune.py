@@ -20,6 +20,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.config import finetune_defaults
+    from vitkit.train.recipe import finetune_defaults
 
     return train.run_training(args, finetune_defaults(), "finetune", {"model.weights": args.weights})

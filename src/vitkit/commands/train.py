@@ -27,14 +27,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.config import RunConfig
+    from vitkit.train.recipe import RunConfig
 
     return run_training(args, RunConfig(), "fashion_mnist_vit_default", {})
 
 
 def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
     """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
-    from vitkit.config import load_config
+    from vitkit.train.recipe import load_config
     from vitkit.train import NonFiniteLoss, train
     from vitkit.train.distributed import launch_processes, launched_world_size
     from vitkit.train.report import format_metrics
@@ -66,7 +66,7 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
 
 def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
     """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides."""
-    from vitkit.config import apply_overrides, set_value
+    from vitkit.train.recipe import apply_overrides, set_value
 
     for key, value in {**fixed, **_flags(args)}.items():
         set_value(config, key, value)
@@ -75,7 +75,7 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
 
 def check_resume(out: Path, config: Any, given: bool) -> Any:
     """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact."""
-    from vitkit.config import load_config
+    from vitkit.train.recipe import load_config
     from vitkit.train.engine import CONFIG_NAME
 
     saved_path = out / CONFIG_NAME

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.data import ImageDataset, eval_transform
-from vitkit.train.distributed import all_reduce_sum, world
+from vitkit.collectives import all_reduce_sum, world
 
 
 @dataclass

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from vitkit.train import checkpoint as ckpt
-from vitkit.train.distributed import barrier, broadcast_object, world
+from vitkit.collectives import barrier, broadcast_object, world
 from vitkit.weights.store import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, load_state_dict
 
 METADATA_NAME = ".metadata"  # written by torch.distributed.checkpoint

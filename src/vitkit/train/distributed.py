@@ -20,35 +20,15 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
-import pickle
 import sys
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from vitkit.config import STRATEGIES  # ("auto", "ddp", "fsdp")
-
-
-def world() -> tuple[int, int]:
-    """(rank, world_size) of the initialised process group, or (0, 1)."""
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def all_reduce_sum(tensor: torch.Tensor) -> torch.Tensor:
-    """Sum a tensor over ranks in place (counts, confusion matrices, loss sums)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return tensor
-
-
-def all_reduce_mean(tensor: torch.Tensor) -> torch.Tensor:
-    """Mean of a tensor over ranks (the logged training loss)."""
-    return all_reduce_sum(tensor) / world()[1]
+from vitkit.collectives import world
+from vitkit.train.recipe import STRATEGIES  # ("auto", "ddp", "fsdp")
 
 
 def launched_world_size() -> int:
@@ -144,30 +124,6 @@ def process_group(device: torch.device) -> Iterator[None]:
         # abort the process ("terminate called without an active exception", ~1 FSDP run in 5 without this).
         gc.collect()
         dist.destroy_process_group()
-
-
-def barrier() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-
-
-def broadcast_object(obj: Any, src: int = 0) -> Any:
-    """Rank `src`'s picklable `obj` on every rank (identity for one process).
-
-    Sent as a uint8 tensor on the group's device (works with gloo and nccl alike).
-    """
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return obj
-    nccl = dist.get_backend() == "nccl"
-    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
-    payload = pickle.dumps(obj) if dist.get_rank() == src else b""
-    size = torch.tensor([len(payload)], dtype=torch.int64, device=device)
-    dist.broadcast(size, src)
-    data = torch.empty(int(size.item()), dtype=torch.uint8, device=device)
-    if dist.get_rank() == src:
-        data.copy_(torch.frombuffer(bytearray(payload), dtype=torch.uint8))
-    dist.broadcast(data, src)
-    return obj if dist.get_rank() == src else pickle.loads(data.cpu().numpy().tobytes())
 
 
 def resolve_strategy(strategy: str, world_size: int) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.config import RunConfig, TrainSection
+from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
     ImageDataset,
     TrainTransform,
@@ -30,6 +30,7 @@ from vitkit.data import (
     shard,
     steps_per_epoch,
 )
+from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.flops import count_parameters
@@ -37,13 +38,12 @@ from vitkit.models.config import config_from_dict
 from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
+from vitkit.precision import mixed_precision
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.allocator import keep_freed_memory
 from vitkit.train.averaging import ema_model
 from vitkit.train.distributed import (
-    all_reduce_mean,
-    broadcast_object,
     data_parallel,
     full_model,
     gradient_sync,
@@ -52,7 +52,6 @@ from vitkit.train.distributed import (
     resolve_strategy,
     restarted_by_torchrun,
     shard_model,
-    world,
 )
 from vitkit.train.objectives import (
     LossFunction,
@@ -62,6 +61,7 @@ from vitkit.train.objectives import (
 )
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
+from vitkit.train.recipe import RunConfig, TrainSection
 from vitkit.weights.store import atomic_write_text, read_config, save_pretrained
 
 CONFIG_NAME = "config.toml"
@@ -379,18 +379,6 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}")
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
-
-
-def resolve_device(name: str) -> torch.device:
-    """'auto' is CUDA when present, else CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
-def mixed_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast on CUDA ('auto') or when asked; float32 otherwise (CPU bf16 is slower on most CPUs)."""
-    return torch.bfloat16 if precision == "bf16" or (precision == "auto" and device.type == "cuda") else None
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:

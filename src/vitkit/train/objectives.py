@@ -17,7 +17,7 @@ from torch import nn
 
 from vitkit.data import ImageDataset, eval_transform
 from vitkit.models.mpp import MaskedPatchPrediction
-from vitkit.train.distributed import all_reduce_sum, world
+from vitkit.collectives import all_reduce_sum, world
 
 LossFunction = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (forward, images, labels) -> loss
 

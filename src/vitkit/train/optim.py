@@ -10,7 +10,7 @@ import math
 import torch
 from torch import nn
 
-from vitkit.config import OptimSection
+from vitkit.train.recipe import OptimSection
 
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:

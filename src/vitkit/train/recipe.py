@@ -22,12 +22,12 @@ from typing import Any
 from vitkit.models.config import ViTConfig
 from vitkit.models.mpp import TARGETS as MPP_TARGETS
 from vitkit.models.registry import model_config
+from vitkit.precision import PRECISIONS
 
 OBJECTIVES = ("classification", "mpp")
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
-PRECISIONS = ("auto", "bf16", "fp32")
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
 
 

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from vitkit.config import RunConfig, apply_overrides, finetune_defaults, from_dict, load_config, parse_value
+from vitkit.train.recipe import RunConfig, apply_overrides, finetune_defaults, from_dict, load_config, parse_value
 
-CONFIGS = sorted((Path(__file__).parents[1] / "configs").glob("*.toml"))
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 
 
 def test_values_parse_with_toml_rules_and_fall_back_to_strings():
@@ -94,7 +94,7 @@ def test_missing_and_invalid_files(tmp_path):
 
 
 def test_the_mpp_recipe_pretrains_the_vit_recipes_architecture():
-    configs = Path(__file__).parents[1] / "configs"
+    configs = Path(__file__).parents[2] / "configs"
     mpp, vit = load_config(configs / "fashion_mnist_mpp.toml"), load_config(configs / "fashion_mnist_vit.toml")
     assert mpp.model == vit.model and mpp.train.objective == "mpp" and mpp.train.fewshot_every == 1000
 
