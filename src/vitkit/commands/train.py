@@ -74,8 +74,9 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
 
 
 def check_resume(out: Path, config: Any, given: bool) -> Any:
-    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact."""
-    from vitkit.train.recipe import load_config
+    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact,
+    except in the keys that decide how data is read, not what is computed (RESUME_MAY_CHANGE: data.workers)."""
+    from vitkit.train.recipe import RESUME_MAY_CHANGE, load_config, set_value
     from vitkit.train.engine import CONFIG_NAME
 
     saved_path = out / CONFIG_NAME
@@ -85,8 +86,12 @@ def check_resume(out: Path, config: Any, given: bool) -> Any:
     if given:
         old, new = saved.to_dict(), config.to_dict()
         changed = [f"{s}.{k}" for s in new for k in {**old[s], **new[s]} if old[s].get(k) != new[s].get(k)]
-        if changed:
-            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(changed)}")
+        differs = [key for key in changed if key not in RESUME_MAY_CHANGE]
+        if differs:
+            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(differs)}")
+        for key in changed:
+            section, _, name = key.partition(".")
+            set_value(saved, key, getattr(getattr(config, section), name))
     return saved
 
 

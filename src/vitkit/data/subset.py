@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from .lazy import LazySource
 from .sources import ImageDataset
 
 
-def balanced_subset(dataset: ImageDataset, size: int, seed: int = 0) -> ImageDataset:
+def balanced_subset(dataset: ImageDataset | LazySource, size: int, seed: int = 0) -> ImageDataset | LazySource:
     """`size` images drawn without replacement: size // K of each of the K classes, one more for each of the first
     size % K classes; which ones depends only on `seed`. The images keep their order in `dataset`."""
     num_classes = len(dataset.classes)
@@ -29,4 +30,4 @@ def balanced_subset(dataset: ImageDataset, size: int, seed: int = 0) -> ImageDat
         chosen.append(members[torch.randperm(len(members), generator=generator)[:need]])
     indices = torch.cat(chosen).sort().values
     source = f"{dataset.source}; class-balanced subset of {size} images (seed {seed})"
-    return ImageDataset(dataset.images[indices], dataset.labels[indices], dataset.classes, source)
+    return dataset.select(indices, source)
