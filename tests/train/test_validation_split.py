@@ -1,4 +1,4 @@
-"""data.val_split: a class-balanced validation split held out of training, measured instead of the test set."""
+"""data.val_split: a class-balanced validation split held out of training, measured instead of the test."""
 
 import pytest
 import torch
@@ -11,12 +11,17 @@ from vitkit.train.recipe import RunConfig, apply_overrides
 from vitkit.train.report import read_metrics
 
 
+def rows(dataset):
+    """Every (image, label) of a dataset as bytes, to compare datasets as sets."""
+    pairs = zip(dataset.images, dataset.labels.tolist())
+    return {bytes(image.numpy()) + bytes([label]) for image, label in pairs}
+
+
 def test_the_held_out_split_is_balanced_disjoint_complete_and_keyed_by_its_seed():
     dataset = load_dataset("fashion_mnist", "train")
     rest, validation = hold_out(dataset, 25, seed=3)
     assert len(validation) == 25 and len(rest) == len(dataset) - 25
     assert torch.bincount(validation.labels).tolist() == [3] * 5 + [2] * 5
-    rows = lambda d: {bytes(img.numpy()) + bytes([lbl]) for img, lbl in zip(d.images, d.labels.tolist())}  # noqa: E731
     assert rows(rest).isdisjoint(rows(validation)) and rows(rest) | rows(validation) == rows(dataset)
     assert torch.equal(validation.images, hold_out(dataset, 25, seed=3)[1].images)
     assert not torch.equal(validation.images, hold_out(dataset, 25, seed=4)[1].images)

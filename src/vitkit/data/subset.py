@@ -9,8 +9,9 @@ from .sources import ImageDataset
 
 
 def balanced_indices(dataset: ImageDataset, size: int, seed: int, what: str) -> torch.Tensor:
-    """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more for
-    each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in errors."""
+    """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more
+    for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
+    errors."""
     num_classes = len(dataset.classes)
     if not num_classes <= size <= len(dataset):
         raise ValueError(
@@ -32,15 +33,15 @@ def balanced_indices(dataset: ImageDataset, size: int, seed: int, what: str) -> 
 
 
 def balanced_subset(dataset: ImageDataset, size: int, seed: int = 0) -> ImageDataset:
-    """A class-balanced subset of `size` images (`balanced_indices`); the images keep their order in `dataset`."""
+    """A class-balanced subset of `size` images (`balanced_indices`), in their order in `dataset`."""
     indices = balanced_indices(dataset, size, seed, "data.train_subset")
     source = f"{dataset.source}; class-balanced subset of {size} images (seed {seed})"
     return ImageDataset(dataset.images[indices], dataset.labels[indices], dataset.classes, source)
 
 
 def hold_out(dataset: ImageDataset, size: int, seed: int = 0) -> tuple[ImageDataset, ImageDataset]:
-    """(the rest, a class-balanced validation split of `size` images): the two are disjoint and together `dataset`,
-    so a recipe can be chosen on images it never trains on while the test set stays for the final report."""
+    """(the rest, a class-balanced validation split of `size` images): disjoint, together `dataset`, so a
+    recipe can be chosen on images it never trains on while the test set stays for the final report."""
     held = balanced_indices(dataset, size, seed, "data.val_split")
     keep = torch.ones(len(dataset), dtype=torch.bool)
     keep[held] = False

@@ -105,7 +105,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
 
     data = config.data
     labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
-    validation = None  # data.val_split: held out of everything below, measured instead of the test set meanwhile
+    validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
     if data.val_split:
         labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
@@ -169,7 +169,9 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             progress.update(done, loss_value, lr, images_per_second)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                result = evaluate(eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
+                result = evaluate(
+                    eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                )
                 evaluations.update(result.as_dict(periodic_prefix))
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
                 evaluations.update(fewshot(bare_model(eval_model)))
@@ -184,8 +186,10 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
-            result = evaluate(eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
-            evaluations.update(result.as_dict("val_"))
+            measured = evaluate(
+                eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+            )
+            evaluations.update(measured.as_dict("val_"))
         if fewshot is not None:
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock

@@ -56,9 +56,9 @@ class DataSection:
     `train_subset` > 0 trains on that many training images, class-balanced and drawn with `subset_seed`
     (vitkit.data.balanced_subset): the paper's fine-tuning on a small labelled subset. 0 uses them all.
     `val_split` > 0 holds that many training images out of training, class-balanced and drawn with `val_seed`
-    (vitkit.data.hold_out), before any `train_subset` is drawn from the rest: periodic evaluations (`eval_every`)
-    measure them instead of the test set, and the report has both (`val_top1`, `test_top1`), so recipes are chosen
-    on validation accuracy and the test set stays for the final report.
+    (vitkit.data.hold_out), before any `train_subset` is drawn from the rest: periodic evaluations
+    (`eval_every`) measure them instead of the test set, and the report has both (`val_top1`, `test_top1`), so
+    recipes are chosen on validation accuracy and the test set stays for the final report.
     """
 
     dataset: str = "fashion_mnist"

@@ -94,7 +94,8 @@ def format_metrics(record: dict[str, Any]) -> str:
         parts.append(f"validation top-1 {100 * record['val_top1']:.2f}%")
     if "mpp_loss_test" in record:
         parts.append(f"MPP test loss {record['mpp_loss_test']:.4f}")
-    shots = [f"{label} {100 * record[key]:.2f}%" for key, label in accuracy_names(record).items() if key not in TOP1_NAMES]
+    names = accuracy_names(record).items()
+    shots = [f"{label} {100 * record[key]:.2f}%" for key, label in names if key not in TOP1_NAMES]
     if shots:
         parts.append("few-shot " + "  ".join(shots))
     return "; ".join(parts)
