@@ -7,7 +7,7 @@ from .loader import global_batch_indices, shard, steps_per_epoch
 from .pipeline import Batch, Source, TrainBatches, eval_batches
 from .sources import ImageDataset, load_dataset
 from .spec import open_source
-from .subset import balanced_subset
+from .subset import balanced_subset, hold_out
 from .transforms import TrainTransform, eval_transform
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "eval_batches",
     "eval_transform",
     "global_batch_indices",
+    "hold_out",
     "load_dataset",
     "open_source",
     "shard",

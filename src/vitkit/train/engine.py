@@ -21,7 +21,16 @@ import torch
 from torch import nn
 
 from vitkit.collectives import all_reduce_mean, broadcast_object, world
-from vitkit.data import Batch, Source, TrainBatches, TrainTransform, balanced_subset, open_source, steps_per_epoch
+from vitkit.data import (
+    Batch,
+    Source,
+    TrainBatches,
+    TrainTransform,
+    balanced_subset,
+    hold_out,
+    open_source,
+    steps_per_epoch,
+)
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
 from vitkit.evaluate.fewshot import FewShotEvaluator
@@ -95,11 +104,16 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     checkpoint = broadcast_object(prepare_run_dir(run_dir, config, resume) if rank == 0 else None)
 
     data = config.data
-    labelled, test_set = (open_source(data.source, split, data.data_dir, on_corrupt=data.on_corrupt,
-                                      workers=data.workers, prefetch=data.prefetch) for split in ("train", "test"))  # fmt: skip
+    reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    labelled = open_source(data.source, "train", data.data_dir, **reading)
+    test_set = open_source(data.source, "test", data.data_dir, **reading)
+    validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
+    if data.val_split:
+        labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
+    periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
     model = build_run_model(config, num_classes, checkpoint).to(device)
@@ -109,8 +123,9 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
-    # Few-shot k-shot images come from the whole training split, also with data.train_subset: it measures the
-    # representation, it does not train. Rank 0 measures alone (FSDP, which would need every rank, is refused).
+    # Few-shot k-shot images come from the whole training split (less data.val_split), also with
+    # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
+    # would need every rank, is refused).
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
@@ -159,8 +174,10 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             progress.update(done, loss_value, lr, images_per_second)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
-                evaluations.update(result.as_dict())
+                result = evaluate(
+                    eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                )
+                evaluations.update(result.as_dict(periodic_prefix))
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
                 evaluations.update(fewshot(bare_model(eval_model)))
             if evaluations:
@@ -174,6 +191,11 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                          "skipped_images": train_set.skipped}  # fmt: skip
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        if validation is not None and t.objective == "classification":
+            measured = evaluate(
+                eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+            )
+            evaluations.update(measured.as_dict("val_"))
         if fewshot is not None:
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
@@ -187,6 +209,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
         if metrics is not None:
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
+    if validation is not None:
+        summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
