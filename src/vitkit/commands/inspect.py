@@ -8,6 +8,8 @@ import json
 import sys
 from pathlib import Path
 
+from vitkit.data.decode import add_max_pixels_argument
+
 HELP = "draw the paper's figures (§4.5, D.7, D.8) for a model: filters, position embeddings, attention"
 
 
@@ -47,6 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attention distance: drop the class token and renormalise over patches (default), or count it as 0",
     )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_max_pixels_argument(parser)
 
 
 def load_model(path: str):
@@ -96,12 +99,12 @@ def run(args: argparse.Namespace) -> int:
     model = model.to(torch.device(args.device)).eval()
     cfg = model.config
 
-    arrays, names, skipped = read_images(args.images, limit=args.max_images)
+    decoded, names, skipped = read_images(args.images, limit=args.max_images, max_pixels=args.max_pixels)
     for s in skipped:
         print(f"vitkit inspect: skipping {s['path']}: {s['reason']}", file=sys.stderr)
-    if not arrays:
+    if not decoded:
         raise ValueError("no readable image among --images " + " ".join(args.images))
-    images = preprocess(arrays, cfg.img_size, cfg.in_chans)
+    images = preprocess(decoded, cfg.img_size, cfg.in_chans)
 
     result = inspect_model(
         model,
