@@ -26,6 +26,7 @@ from vitkit.data import (
     TrainTransform,
     balanced_subset,
     global_batch_indices,
+    hold_out,
     load_dataset,
     shard,
     steps_per_epoch,
@@ -102,10 +103,14 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
 
     data = config.data
     labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
+    if data.val_split:
+        labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
     test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
+    periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
     model = build_run_model(config, num_classes, checkpoint).to(device)
@@ -115,8 +120,9 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
-    # Few-shot k-shot images come from the whole training split, also with data.train_subset: it measures the
-    # representation, it does not train. Rank 0 measures alone (FSDP, which would need every rank, is refused).
+    # Few-shot k-shot images come from the whole training split (less data.val_split), also with
+    # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
+    # would need every rank, is refused).
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
@@ -161,8 +167,10 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             progress.update(done, loss_value, lr, images_per_second)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
-                evaluations.update(result.as_dict())
+                result = evaluate(
+                    eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                )
+                evaluations.update(result.as_dict(periodic_prefix))
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
                 evaluations.update(fewshot(bare_model(eval_model)))
             if evaluations:
@@ -175,6 +183,11 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds}
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        if validation is not None and t.objective == "classification":
+            measured = evaluate(
+                eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+            )
+            evaluations.update(measured.as_dict("val_"))
         if fewshot is not None:
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
@@ -187,6 +200,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
         if metrics is not None:
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
+    if validation is not None:
+        summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
