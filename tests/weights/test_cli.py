@@ -11,7 +11,7 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main
-from vitkit.data.decode import decode_image as read_image
+from vitkit.data.decode import decode_image
 from vitkit.weights.official import read_npz
 
 from .conftest import DATA, max_abs, nchw, official_io
@@ -63,12 +63,12 @@ def test_image_kinds_are_converted(tmp_path: Path) -> None:
     jpg, gray, webp, alpha, deep = write_images(tmp_path)
     assert Image.open(deep).mode.startswith("I")
     for path in (jpg, gray, webp, alpha, deep):
-        pixels = read_image(path)
+        pixels = decode_image(path)
         assert pixels.dtype == torch.uint8 and pixels.shape == (3, 40, 56), path.name
-    assert torch.equal(read_image(deep), read_image(gray))  # 16-bit scaled down exactly
+    assert torch.equal(decode_image(deep), decode_image(gray))  # 16-bit scaled down exactly
     rgb = torch.from_numpy(np.array(Image.open(alpha).convert("RGB"))).permute(2, 0, 1).double()
     over_white = rgb * 128 / 255 + 255 * 127 / 255  # alpha 128 composited onto white, as every reader does
-    assert (read_image(alpha).double() - over_white).abs().max() <= 1
+    assert (decode_image(alpha).double() - over_white).abs().max() <= 1
 
 
 def test_predict_table_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +107,7 @@ def test_predict_matches_model(tmp_path: Path, capsys: pytest.CaptureFixture[str
     printed = capsys.readouterr().out.splitlines()[-1].split()
     model = vitkit.load_weights(DATA / "A_params.npz")
     with torch.no_grad():
-        probs = model(eval_transform(read_image(path)[None], 32, 3)).softmax(-1)[0]
+        probs = model(eval_transform(decode_image(path)[None], 32, 3)).softmax(-1)[0]
     assert int(printed[2]) == int(probs.argmax()) and abs(float(printed[1]) - probs.max().item()) < 1e-4
 
 

@@ -6,7 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
 from vitkit.data.decode import ImageDecodeError, add_max_pixels_argument, decode_image, find_images
+from vitkit.data.transforms import eval_transform
+from vitkit.weights import load_weights
 
 HELP = "classify images (resize to the model size, pixels to [-1, 1]) and print the top-k classes"
 
@@ -38,11 +42,6 @@ def read_labels(path: str | None, num_classes: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from vitkit.data.transforms import eval_transform
-    from vitkit.weights import load_weights
-
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
     model = load_weights(args.weights, format=args.format)
