@@ -11,7 +11,7 @@ import torch
 from image_collections import write_folder
 from PIL import Image
 
-from vitkit.data import FolderSource, TrainBatches, TrainTransform, UnreadableImage, eval_batches, open_source
+from vitkit.data import FolderSource, ImageDecodeError, TrainBatches, TrainTransform, eval_batches, open_source
 
 
 def make_folder(root: Path) -> dict[str, Path]:
@@ -55,12 +55,12 @@ def test_index_order_labels_and_decoding_rules(tmp_path):
     assert source.labels.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
     unreadable = ("truncated.png", "corrupt.png")
     pixel = {name: source.read(i)[:, 0, 0].tolist() for i, name in enumerate(names) if name not in unreadable}
-    assert pixel["grey.png"] == [100] and source.read(0).shape == (1, 10, 12)  # grey keeps one channel
-    assert pixel["sixteen.png"] in ([100], [100, 100, 100])  # 16-bit 25700 -> 8-bit 100
+    assert pixel["grey.png"] == [100, 100, 100] and source.read(0, channels=1).tolist() == [[[100] * 12] * 10]
+    assert pixel["sixteen.png"] == [100, 100, 100]  # 16-bit 25700 -> 8-bit 100
     assert pixel["rgba.png"] == [255, 255, 255]  # transparent over white
     assert pixel["palette.png"] == [200, 0, 0] and pixel["rgb.png"] == [200, 0, 0]
     for bad in unreadable:
-        with pytest.raises(UnreadableImage, match=bad):
+        with pytest.raises(ImageDecodeError, match=bad):
             source.read(names.index(bad))
 
 
@@ -77,7 +77,7 @@ def test_unreadable_images_stop_the_run_or_are_skipped_and_listed(tmp_path):
     paths = make_folder(tmp_path)
     transform = TrainTransform(8, crop="none", flip=False)
     stop = TrainBatches(FolderSource(tmp_path, "train"), transform, 8, 0, 1, torch.device("cpu"))
-    with pytest.raises(ValueError, match="(corrupt|truncated).png: cannot decode image .*data.on_corrupt='skip'"):
+    with pytest.raises(ValueError, match="(corrupt|truncated).png: .*; set data.on_corrupt='skip'"):
         stop(0)
     source = FolderSource(tmp_path, "train", workers=1, on_corrupt="skip")
     batch = TrainBatches(source, transform, 8, 0, 1, torch.device("cpu"))(0)

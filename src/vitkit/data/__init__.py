@@ -2,7 +2,8 @@
 and the pipeline that turns them into batches."""
 
 from .folder import FolderSource
-from .lazy import LazySource, UnreadableImage
+from .decode import ImageDecodeError, decode_image
+from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .pipeline import Batch, Source, TrainBatches, eval_batches
 from .sources import ImageDataset, load_dataset
@@ -13,13 +14,14 @@ from .transforms import TrainTransform, eval_transform
 __all__ = [
     "Batch",
     "FolderSource",
+    "ImageDecodeError",
     "ImageDataset",
     "LazySource",
     "Source",
     "TrainBatches",
     "TrainTransform",
-    "UnreadableImage",
     "balanced_subset",
+    "decode_image",
     "eval_batches",
     "eval_transform",
     "global_batch_indices",

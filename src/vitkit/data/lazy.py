@@ -9,48 +9,14 @@ the DataLoader workers of vitkit.data.pipeline; the main process holds no pixels
 from __future__ import annotations
 
 import copy
-import io
 
 import numpy as np
 import torch
-from PIL import Image
+
+from .decode import ImageDecodeError, decode_image
 
 
 ON_CORRUPT = ("stop", "skip")
-
-
-class UnreadableImage(ValueError):
-    """A sample whose bytes cannot be read or decoded; `name` says which file or row."""
-
-    def __init__(self, name: str, reason: str) -> None:
-        super().__init__(f"{name}: cannot decode image ({reason})")
-        self.name, self.reason = name, reason
-
-
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL mode as 8-bit RGB: 16/32-bit grey scaled down, transparency composited on white."""
-    if image.mode == "I" or image.mode.startswith("I;16"):
-        grey = np.asarray(image).astype(np.float64) / 257.0
-        image = Image.fromarray(np.clip(np.round(grey), 0, 255).astype(np.uint8), "L")
-    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
-        image.mode == "P" and "transparency" in image.info
-    ):
-        rgba = image.convert("RGBA")
-        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-    return image.convert("RGB")
-
-
-def decode_image(data: bytes, name: str) -> torch.Tensor:
-    """Encoded image bytes as uint8 [C, H, W]: grey images keep one channel, every other mode becomes RGB."""
-    try:
-        with Image.open(io.BytesIO(data)) as image:
-            image.load()
-            pixels = np.asarray(image if image.mode == "L" else to_rgb(image))
-    except Image.UnidentifiedImageError as err:
-        raise UnreadableImage(name, "not an image format Pillow reads") from err
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
-        raise UnreadableImage(name, str(err)) from err
-    return torch.from_numpy(pixels.copy()).view(*pixels.shape[:2], -1).permute(2, 0, 1).contiguous()
 
 
 class LazySource:
@@ -78,20 +44,21 @@ class LazySource:
         self.source = source
         self.positions = np.arange(len(labels), dtype=np.int64)
         self.workers, self.prefetch, self.on_corrupt = workers, prefetch, on_corrupt
-        self.skipped: list[str] = []  # "name: cannot decode image (reason)" of each image skipped (main process)
+        self.skipped: list[str] = []  # the one-line error of each image skipped so far (main process)
 
     def __len__(self) -> int:
         return len(self.labels)
 
-    def read(self, index: int) -> torch.Tensor:
-        """Sample `index` as uint8 [C, H, W] (C = 1 for grey images, else 3); UnreadableImage if it cannot be."""
+    def read(self, index: int, channels: int = 3) -> torch.Tensor:
+        """Sample `index` as uint8 [channels, H, W] by vitkit.data.decode's rule; ImageDecodeError (naming the
+        file or row) if it cannot be read or decoded."""
         position = int(self.positions[index])
         name = self._name(position)
         try:
             data = self._bytes(position)
         except OSError as err:
-            raise UnreadableImage(name, str(err)) from err
-        return decode_image(data, name)
+            raise ImageDecodeError(f"{name}: cannot read ({err.strerror or err})") from None
+        return decode_image(data, name=name, channels=channels)
 
     def name(self, index: int) -> str:
         """Where sample `index` comes from (path or row), for messages."""

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from .lazy import LazySource, UnreadableImage
+from .decode import ImageDecodeError
+from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .sources import ImageDataset
 from .transforms import TrainTransform, adapt_channels, eval_transform
@@ -31,7 +32,7 @@ Preprocess = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (uint8 [1, 
 @dataclass
 class Batch:
     """Preprocessed images (float32, [-1, 1]), their labels and sample indices; images that could not be read
-    are left out and named in `skipped` ("path: cannot decode image (reason)")."""
+    are left out and named in `skipped` (their one-line errors, which start with the file or row)."""
 
     images: torch.Tensor
     labels: torch.Tensor
@@ -43,13 +44,13 @@ class Batch:
 def read_batch(source: LazySource, indices: torch.Tensor, preprocess: Preprocess, shape: tuple[int, ...]) -> Batch:
     """Decode and preprocess the samples `indices` one by one; `shape` (C, h, w) is an output image's shape."""
     images, kept, skipped = [], [], []
+    channels = 1 if shape[0] == 1 else 3  # decoded as the model sees them: grey files stay exact for 1 channel
     for position, index in enumerate(indices.tolist()):
         try:
-            image = source.read(index)
-        except UnreadableImage as err:
+            image = source.read(index, channels)
+        except ImageDecodeError as err:
             skipped.append(str(err))
             continue
-        # Grey and colour files may share a folder: every image leaves with the batch's channels.
         images.append(adapt_channels(preprocess(image[None], indices[position : position + 1]), shape[0])[0])
         kept.append(position)
     chosen = torch.tensor(kept, dtype=torch.int64)
