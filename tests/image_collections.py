@@ -24,7 +24,8 @@ def write_folder(root: Path, sizes: dict[str, int] = SIZES) -> Path:
     return root
 
 
-def in_memory(source: LazySource) -> ImageDataset:
-    """The same images, labels and order held in memory: what a lazy source must reproduce exactly."""
-    images = torch.stack([source.read(i) for i in range(len(source))])
+def in_memory(source: LazySource, channels: int) -> ImageDataset:
+    """The same images (decoded to `channels`, as the pipeline decodes for a model with that many), labels and
+    order held in memory: what a lazy source must reproduce exactly."""
+    images = torch.stack([source.read(i, channels) for i in range(len(source))])
     return ImageDataset(images, source.labels.clone(), list(source.classes), f"in memory: {source.source}")

@@ -35,7 +35,7 @@ def train(out, folder, tiny, *extra):
 
 def test_folder_run_equals_the_in_memory_run_bitwise(tmp_path, folder, tiny, monkeypatch):
     assert train(tmp_path / "folder", folder, tiny, "data.workers=2") == 0
-    memory = {split: in_memory(FolderSource(folder, split)) for split in ("train", "test")}
+    memory = {split: in_memory(FolderSource(folder, split), channels=1) for split in ("train", "test")}  # 1-channel ViT
     monkeypatch.setattr(engine, "open_source", lambda spec, split, *args, **kwargs: memory[split])
     assert train(tmp_path / "memory", folder, tiny) == 0
     assert losses(tmp_path / "folder") == losses(tmp_path / "memory") and len(losses(tmp_path / "folder")) == STEPS
