@@ -16,7 +16,7 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main
-from vitkit.weights.store import save_pretrained
+from vitkit.storage import save_pretrained
 
 FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
 FIGURES = {

@@ -4,6 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit import load_weights
+from vitkit.data import load_dataset
+from vitkit.device import resolve_device
+from vitkit.evaluate import evaluate
+from vitkit.precision import mixed_precision
+from vitkit.train.report import plot_confusion
+
 HELP = "evaluate weights on a dataset split: top-1, top-5, loss and a confusion-matrix PNG"
 
 
@@ -21,13 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit import load_weights
-    from vitkit.data import load_dataset
-    from vitkit.evaluate import evaluate
-    from vitkit.device import resolve_device
-    from vitkit.precision import mixed_precision
-    from vitkit.train.report import plot_confusion
-
     dataset = load_dataset(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt)
     device = resolve_device(args.device)
     model = load_weights(args.weights).to(device)

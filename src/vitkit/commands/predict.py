@@ -7,6 +7,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from PIL import Image, ImageOps
+
+from vitkit.data.transforms import eval_transform
+from vitkit.weights import load_weights
+
 HELP = "classify images (resize to the model size, pixels to [-1, 1]) and print the top-k classes"
 
 
@@ -25,10 +32,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def read_image(path: str | Path) -> Any:
     """uint8 [3, H, W] tensor: EXIF-rotated, palette/gray/CMYK to RGB, alpha dropped (as the official
     decode_png(channels=3)), 16-bit scaled to 8-bit."""
-    import numpy as np
-    import torch
-    from PIL import Image, ImageOps
-
     with Image.open(path) as image:
         image.load()
         image = ImageOps.exif_transpose(image)
@@ -52,12 +55,6 @@ def read_labels(path: str | None, num_classes: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-    from PIL import Image
-
-    from vitkit.data.transforms import eval_transform
-    from vitkit.weights import load_weights
-
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
     model = load_weights(args.weights, format=args.format)

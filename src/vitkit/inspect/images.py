@@ -7,8 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image, ImageOps
+
+from vitkit.data import eval_transform
 
 DECODE_ERRORS = (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError)
 
@@ -77,10 +78,6 @@ def read_images(
 def preprocess(arrays: list[np.ndarray], img_size: tuple[int, int], in_chans: int) -> torch.Tensor:
     """The eval preprocessing (resize to the model size, bilinear with antialiasing; values to [-1, 1];
     RGB to luminance for 1-channel models): [N, in_chans, H, W] float32."""
-    try:
-        from vitkit.data import eval_transform
-    except ImportError:  # the data package is optional here
-        eval_transform = _eval_transform
     out = []
     for a in arrays:
         x = torch.from_numpy(np.array(a, dtype=np.uint8, copy=True)).permute(2, 0, 1)[None]
@@ -89,14 +86,3 @@ def preprocess(arrays: list[np.ndarray], img_size: tuple[int, int], in_chans: in
         return torch.empty(0, in_chans, *img_size)
     return torch.cat(out)
 
-
-def _eval_transform(images: torch.Tensor, img_size: tuple[int, int], in_chans: int) -> torch.Tensor:
-    x = images.float()
-    if tuple(x.shape[-2:]) != tuple(img_size):
-        x = F.interpolate(x, size=tuple(img_size), mode="bilinear", align_corners=False, antialias=True)
-    x = x / 127.5 - 1.0
-    if in_chans == 1 and x.shape[1] == 3:
-        x = (x * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
-    elif in_chans != x.shape[1]:
-        x = x[:, :1].expand(-1, in_chans, -1, -1)
-    return x

@@ -40,6 +40,7 @@ from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import mixed_precision
+from vitkit.storage import FINAL_DIR, atomic_write_text, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.allocator import keep_freed_memory
@@ -62,11 +63,8 @@ from vitkit.train.objectives import (
 )
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
-from vitkit.train.recipe import RunConfig, TrainSection
-from vitkit.weights.store import atomic_write_text, read_config, save_pretrained
-
-CONFIG_NAME = "config.toml"
-FINAL_DIR = "final"
+from vitkit.train.recipe import RECIPE_NAME, RunConfig, TrainSection
+from vitkit.weights import load_weights
 
 
 class NonFiniteLoss(RuntimeError):
@@ -81,7 +79,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
     with process_group(resolve_device(config.train.device)):
-        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / CONFIG_NAME).is_file())
+        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         return _train(config, run_dir, resume=resume)
 
 
@@ -362,10 +360,10 @@ def prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> Path | No
     if resume:
         ckpt.remove_partial(run_dir)
         return ckpt.latest_checkpoint(run_dir)
-    if (run_dir / CONFIG_NAME).exists():
+    if (run_dir / RECIPE_NAME).exists():
         raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / CONFIG_NAME, config.to_toml())
+    atomic_write_text(run_dir / RECIPE_NAME, config.to_toml())
     return None
 
 
@@ -381,8 +379,6 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if checkpoint is not None:
         model = build_model(config_from_dict(read_config(checkpoint)))
     elif m.weights is not None:
-        from vitkit import load_weights  # lazily: the weights package imports converters for every format
-
         model = load_weights(m.weights, **{"num_classes": classes, **m.overrides})
     else:
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})

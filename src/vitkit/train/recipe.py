@@ -29,6 +29,7 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
+RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
 
 
 @dataclass

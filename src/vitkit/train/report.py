@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from vitkit.weights.store import atomic_write, atomic_write_text
+from vitkit.storage import atomic_write, atomic_write_text
 
 METRICS_NAME = "metrics.jsonl"
 REPORT_NAME = "report.json"
