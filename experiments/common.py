@@ -9,6 +9,7 @@ import platform
 import shlex
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,27 +17,49 @@ import matplotlib
 import torch
 
 from vitkit import cli
-from vitkit.train.engine import CONFIG_NAME
+from vitkit.train.recipe import RECIPE_NAME
 from vitkit.train.report import REPORT_NAME, read_metrics
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the file-only backend)
+import matplotlib.pyplot as plt
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")  # what decides CPU speed and bf16 here
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+TINY_VIT = ("model.hidden_size=32", "model.depth=1", "model.num_heads=2", "model.mlp_dim=64")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family: its recipe in configs/ (all three share data, augmentation, optimizer and processes)
+    and, for `--tiny`, overrides that shrink it to a few thousand parameters."""
+
+    name: str
+    recipe: str
+    tiny: tuple[str, ...]
+
+
+VIT, RESNET, HYBRID = (
+    Family("ViT", "fashion_mnist_vit.toml", (*TINY_VIT, "model.patch_size=7")),
+    Family("ResNet (BiT)", "fashion_mnist_resnet.toml", ("model.layers=[1]",)),
+    Family("hybrid R50+ViT", "fashion_mnist_hybrid.toml", TINY_VIT),
+)
 
 
 def parser(description: str, default_out: str) -> argparse.ArgumentParser:
-    """The options every experiment takes: where to write, the budget scale, tiny models for plumbing checks."""
+    """The options every experiment takes: where to write, the budget scale, tiny models (plumbing checks)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--out", default=default_out, help=f"experiment directory (default {default_out})")
     p.add_argument(
-        "--steps-scale", type=float, default=1.0,
-        help="multiply every run's steps (e.g. 0.1 for a reduced run; its results are not the experiment's)",
+        "--steps-scale",
+        type=float,
+        default=1.0,
+        help="multiply every run's steps (e.g. 0.1: a reduced run, whose results are not the experiment's)",
     )
     p.add_argument("--processes", type=int, default=2, help="train.processes of every run (default 2)")
     p.add_argument(
-        "--tiny", action="store_true",
-        help="tiny models on whatever data is found: checks the plumbing in seconds, the numbers mean nothing",
+        "--tiny",
+        action="store_true",
+        help="tiny models on whatever data is found: plumbing checks in seconds; the numbers mean nothing",
     )
     return p
 
@@ -48,20 +71,25 @@ def scaled(steps: int, scale: float) -> int:
 
 def run_vitkit(command: str, out: Path, args: Sequence[str]) -> dict[str, Any]:
     """`vitkit <command> --out <out> <args>` unless `out` already holds its report (a stopped run is resumed);
-    returns its report.json. The command is printed first, so every run can be made again by hand."""
+    returns its report.json."""
     report = out / REPORT_NAME
     if not report.is_file():
-        argv = [command, "--out", str(out), *args]
-        resume = ["--resume"] if (out / CONFIG_NAME).is_file() else []
-        print(f"$ vitkit {shlex.join(argv + resume)}", flush=True)
-        code = cli.main(argv + resume)
-        if code or not report.is_file():
-            raise RuntimeError(f"`vitkit {shlex.join(argv)}` failed (exit code {code}); see its output above")
+        resume = ["--resume"] if (out / RECIPE_NAME).is_file() else []
+        vitkit_command([command, "--out", str(out), *args, *resume], report)
     return json.loads(report.read_text())
 
 
+def vitkit_command(argv: list[str], result: Path) -> None:
+    """`vitkit <argv>`, printed first so that every run can be made again by hand; an error unless it exits 0
+    and leaves `result` behind."""
+    print(f"$ vitkit {shlex.join(argv)}", flush=True)
+    code = cli.main(argv)
+    if code or not result.is_file():
+        raise RuntimeError(f"`vitkit {shlex.join(argv)}` failed (exit code {code}); see its output above")
+
+
 def machine() -> str:
-    """The CPU model, its flags that matter here, the cores, and the torch version: stated with every result."""
+    """The CPU model, the flags that matter here, the cores and the torch version, stated with each result."""
     model, flags = platform.processor() or platform.machine(), set()
     cpuinfo = Path("/proc/cpuinfo")
     for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
@@ -101,7 +129,7 @@ def evaluations(run_dir: Path, key: str) -> list[tuple[float, float]]:
 
 
 def write_results(out: Path, name: str, title: str, table: str, figure: plt.Figure, notes: str = "") -> Path:
-    """out/<name>.md (title, machine, table, notes) and out/<name>.png; prints the Markdown. Returns the .md."""
+    """Write out/<name>.md (title, machine, table, notes) and out/<name>.png; print the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"{name}.png"
     figure.savefig(png, dpi=110)

@@ -1,9 +1,9 @@
-"""Data size decides (§4.2-4.3, Fig. 3/4 in miniature): the ViT, the BiT ResNet and the R50 hybrid of comparable
-FLOPs, trained through the same engine on class-balanced Fashion-MNIST subsets of 1k to 60k labelled images
-(the same subsets, drawn by seed, for every family), with equal compute per subset size: every family sees the
-same number of images, `--base-steps` x sqrt(size / 1000) steps of 128. Reports test top-1 and the few-shot
-linear accuracy (5 and 25 shots; k-shot images from the whole training split) of each, as a table and a figure
-of accuracy against data size with one line per family.
+"""Data size decides (§4.2-4.3, Fig. 3/4 in miniature): the ViT, the BiT ResNet and the R50 hybrid of
+comparable FLOPs, trained through the same engine on class-balanced Fashion-MNIST subsets of 1k to 60k
+labelled images (the same subsets, drawn by seed, for every family), with equal compute per subset size: every
+family sees the same number of images, `--base-steps` x sqrt(size / 1000) steps of 128. Reports test top-1 and
+the few-shot linear accuracy (5 and 25 shots; k-shot images from the whole training split) of each, as a table
+and a figure of accuracy against data size with one line per family.
 
     python -m experiments.data_size --out runs/exp_data_size            # ~2 h per seed on 2 CPU cores
     python -m experiments.data_size --seeds 3                           # the spread over subsets and seeds
@@ -12,38 +12,32 @@ of accuracy against data size with one line per family.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import matplotlib.pyplot as plt
 
 import vitkit
-from experiments.common import markdown_table, mean_std, parser, percent, run_vitkit, scaled, write_results
+from experiments.common import (
+    CONFIGS,
+    HYBRID,
+    RESNET,
+    VIT,
+    Family,
+    markdown_table,
+    mean_std,
+    parser,
+    percent,
+    run_vitkit,
+    scaled,
+    write_results,
+)
 from vitkit.flops import count_flops
 
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SIZES = (1000, 3000, 10000, 30000, 60000)
 BASE_STEPS = 800
 SHOTS = (5, 25)
-TINY_VIT = ("model.hidden_size=32", "model.depth=1", "model.num_heads=2", "model.mlp_dim=64")
-
-
-@dataclass(frozen=True)
-class Family:
-    """A model family: its recipe (the three share data, augmentation, optimizer and processes) and, for
-    `--tiny`, overrides that shrink it to a few thousand parameters."""
-
-    name: str
-    recipe: str
-    tiny: tuple[str, ...]
-
-
-FAMILIES = (
-    Family("ViT", "fashion_mnist_vit.toml", (*TINY_VIT, "model.patch_size=7")),
-    Family("ResNet (BiT)", "fashion_mnist_resnet.toml", ("model.layers=[1]",)),
-    Family("hybrid R50+ViT", "fashion_mnist_hybrid.toml", TINY_VIT),
-)
+FAMILIES = (VIT, RESNET, HYBRID)
 
 
 def steps_for(size: int, base_steps: int) -> int:
@@ -54,9 +48,17 @@ def steps_for(size: int, base_steps: int) -> int:
 def run_args(family: Family, size: int, seed: int, steps: int, args: Any) -> list[str]:
     """The `vitkit train` arguments of one (family, size, seed): only the subset, its length and seed vary."""
     out = [
-        "--config", str(CONFIGS / family.recipe), "--seed", str(seed), f"data.train_subset={size}",
-        f"data.subset_seed={seed}", f"train.steps={steps}", f"optim.warmup_steps={max(1, steps // 10)}",
-        "train.eval_every=0", f"train.fewshot_every={steps}", f"train.checkpoint_every={steps}",
+        "--config",
+        str(CONFIGS / family.recipe),
+        "--seed",
+        str(seed),
+        f"data.train_subset={size}",
+        f"data.subset_seed={seed}",
+        f"train.steps={steps}",
+        f"optim.warmup_steps={max(1, steps // 10)}",
+        "train.eval_every=0",
+        f"train.fewshot_every={steps}",
+        f"train.checkpoint_every={steps}",
         f"train.processes={args.processes}",
     ]
     if args.tiny:
@@ -83,27 +85,52 @@ def main(argv: list[str] | None = None) -> Path:
                 reports.setdefault((family.name, size), []).append(report)
                 if family.name not in flops:
                     model = vitkit.load_weights(run_dir)
-                    flops[family.name] = count_flops(model, (model.config.in_chans, *model.config.img_size)) / 1e6
+                    flops[family.name] = (
+                        count_flops(model, (model.config.in_chans, *model.config.img_size)) / 1e6
+                    )
 
-    header = ["labelled images", "family", "MFLOPs / image", "images seen", "test top-1",
-              *(f"{k}-shot" for k in SHOTS), "wall (min)"]
+    header = [
+        "labelled images",
+        "family",
+        "MFLOPs / image",
+        "images seen",
+        "test top-1",
+        *(f"{k}-shot" for k in SHOTS),
+        "wall (min)",
+    ]
     rows = []
     for size in sizes:
         for family in FAMILIES:
             runs = reports[(family.name, size)]
             shots = [percent([r[f"fewshot_{k}shot"] for r in runs]) for k in SHOTS]
             images = round(runs[0]["epochs"] * size)  # steps x batch
-            rows.append([
-                size, family.name, f"{flops[family.name]:.1f}", images, percent([r["test_top1"] for r in runs]),
-                *shots, f"{mean_std([r['wall_seconds'] / 60 for r in runs])[0]:.1f}",
-            ])
+            rows.append(
+                [
+                    size,
+                    family.name,
+                    f"{flops[family.name]:.1f}",
+                    images,
+                    percent([r["test_top1"] for r in runs]),
+                    *shots,
+                    f"{mean_std([r['wall_seconds'] / 60 for r in runs])[0]:.1f}",
+                ]
+            )
     figure, axes = plt.subplots(1, 1 + len(SHOTS), figsize=(5 * (1 + len(SHOTS)), 4))
-    for ax, key, label in zip(axes, ["test_top1", *(f"fewshot_{k}shot" for k in SHOTS)],
-                              ["test top-1", *(f"{k}-shot linear" for k in SHOTS)]):
+    for ax, key, label in zip(
+        axes,
+        ["test_top1", *(f"fewshot_{k}shot" for k in SHOTS)],
+        ["test top-1", *(f"{k}-shot linear" for k in SHOTS)],
+    ):
         for family in FAMILIES:
             stats = [mean_std([100 * r[key] for r in reports[(family.name, size)]]) for size in sizes]
-            ax.errorbar(sizes, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3,
-                        label=f"{family.name} ({flops[family.name]:.0f} MFLOPs)")
+            ax.errorbar(
+                sizes,
+                [m for m, _ in stats],
+                yerr=[s for _, s in stats],
+                marker="o",
+                capsize=3,
+                label=f"{family.name} ({flops[family.name]:.0f} MFLOPs)",
+            )
         ax.set(xscale="log", xlabel="labelled training images", ylabel=f"{label} (%)", title=label)
         ax.grid(alpha=0.3)
     axes[0].legend()
@@ -112,8 +139,9 @@ def main(argv: list[str] | None = None) -> Path:
     best = [f"{size:,}: {best_family(reports, size)}" for size in sizes]
     notes = (
         f"Best test top-1 per size: {'; '.join(best)}. Seeds: {args.seeds} (mean ± sample std over seeds); "
-        f"steps at 1,000 images: {args.base_steps} x {args.steps_scale:g}; few-shot: 3 draws of k images per class "
-        f"from the whole training split, ridge regression on frozen features (train.fewshot_num_test test images)."
+        f"steps at 1,000 images: {args.base_steps} x {args.steps_scale:g}; few-shot: 3 draws of k images per "
+        f"class from the whole training split, ridge regression on frozen features, "
+        f"train.fewshot_num_test test images."
     )
     title = "Data size decides: accuracy against labelled images"
     return write_results(out, "data_size", title, markdown_table(header, rows), figure, notes)

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
+from experiments.common import markdown_table, percent
 
 from experiments import data_size, transfer, vit_budget
-from experiments.common import markdown_table, percent
 from vitkit.train.report import read_metrics
 
 PNG_MAGIC = b"\x89PNG"
@@ -33,21 +33,37 @@ def check_outputs(md: Path) -> str:
 
 @pytest.mark.slow
 def test_data_size_trains_every_family_on_the_same_subsets_and_tabulates_their_reports(tmp_path):
-    md = data_size.main(["--out", str(tmp_path), "--tiny", "--sizes", "50", "--steps-scale", "0.001",
-                         "--processes", "1"])
+    md = data_size.main(
+        ["--out", str(tmp_path), "--tiny", "--sizes", "50", "--steps-scale", "0.001", "--processes", "1"]
+    )
     rows = {row[1]: row for row in table_rows(check_outputs(md)) if row[0] == "50"}
     assert set(rows) == {f.name for f in data_size.FAMILIES}
     for family in data_size.FAMILIES:
         run = tmp_path / f"{family.recipe.removesuffix('.toml')}_n50_s0"
         r = report(run)
         assert "class-balanced subset of 50 images (seed 0)" in r["train_data"]
-        assert rows[family.name][4:7] == [percent([r[k]]) for k in ("test_top1", "fewshot_5shot", "fewshot_25shot")]
+        assert rows[family.name][4:7] == [
+            percent([r[k]]) for k in ("test_top1", "fewshot_5shot", "fewshot_25shot")
+        ]
 
 
 @pytest.mark.slow
 def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp_path):
-    md = transfer.main(["--out", str(tmp_path), "--tiny", "--steps-scale", "0.001", "--processes", "1",
-                        "--seeds", "1", "--fewshot-seeds", "2"])
+    md = transfer.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--tiny",
+            "--steps-scale",
+            "0.001",
+            "--processes",
+            "1",
+            "--seeds",
+            "1",
+            "--fewshot-seeds",
+            "2",
+        ]
+    )
     rows = {row[0]: row for row in table_rows(check_outputs(md))}
     scratch = report(tmp_path / "scratch_s0")["test_top1"]
     assert "digits" in report(tmp_path / "scratch_s0")["train_data"]
@@ -62,15 +78,37 @@ def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp
 
 @pytest.mark.slow
 def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_path):
-    md = vit_budget.main(["--out", str(tmp_path), "--tiny", "--budget-minutes", "0.005", "--probe-steps", "2",
-                          "--processes", "1", "--val-split", "100"])
+    md = vit_budget.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--tiny",
+            "--budget-minutes",
+            "0.005",
+            "--probe-steps",
+            "2",
+            "--processes",
+            "1",
+            "--val-split",
+            "100",
+        ]
+    )
     text = check_outputs(md)
     rows = {row[0]: row for row in table_rows(text)}
-    for name, recipe in vit_budget.RECIPES.items():
-        run = tmp_path / Path(recipe).stem
+    for model in vit_budget.MODELS:
+        run = tmp_path / vit_budget.run_name(model)
         r = report(run)
-        assert rows[name][2:] == [str(r["steps"]), f"{r['epochs']:.1f}", f"{r['wall_seconds'] / 60:.1f}",
-                                  f"{100 * r['test_top1']:.2f}%", f"{100 * r['val_top1']:.2f}%", rows[name][-1]]
-        curve = [[f"{x['wall_seconds'] / 60:.1f}", f"{100 * x['val_top1']:.2f}%"] for x in read_metrics(run)
-                 if "val_top1" in x]
+        assert rows[model.name][2:] == [
+            str(r["steps"]),
+            f"{r['epochs']:.1f}",
+            f"{r['wall_seconds'] / 60:.1f}",
+            f"{100 * r['test_top1']:.2f}%",
+            f"{100 * r['val_top1']:.2f}%",
+            rows[model.name][-1],
+        ]
+        curve = [
+            [f"{x['wall_seconds'] / 60:.1f}", f"{100 * x['val_top1']:.2f}%"]
+            for x in read_metrics(run)
+            if "val_top1" in x
+        ]
         assert len(curve) >= 2 and markdown_table(["m", "a"], curve).split("\n", 2)[2] in text
