@@ -114,6 +114,12 @@ def percent(values: Sequence[float]) -> str:
     return f"{mean:.2f}%" if len(values) == 1 else f"{mean:.2f} ± {std:.2f}%"
 
 
+def plot_spread(ax: plt.Axes, x: Sequence[float], samples: Sequence[Sequence[float]], label: str) -> None:
+    """A line through the means of `samples` (one sequence of seeds per x) with their sample std as error bars."""
+    stats = [mean_std(values) for values in samples]
+    ax.errorbar(x, [m for m, _ in stats], yerr=[s for _, s in stats], marker="o", capsize=3, label=label)
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A Markdown table; numbers right-aligned."""
     align = ["---:" if rows and isinstance(rows[0][i], (int, float)) else "---" for i in range(len(header))]
@@ -128,13 +134,21 @@ def evaluations(run_dir: Path, key: str) -> list[tuple[float, float]]:
     return [(r["wall_seconds"] / 60, 100 * r[key]) for r in records if key in r and "wall_seconds" in r]
 
 
-def write_results(out: Path, name: str, title: str, table: str, figure: plt.Figure, notes: str = "") -> Path:
+def write_results(
+    out: Path,
+    name: str,
+    title: str,
+    table: tuple[Sequence[str], Sequence[Sequence[Any]]],
+    figure: plt.Figure,
+    notes: str = "",
+) -> Path:
     """Write out/<name>.md (title, machine, table, notes) and out/<name>.png; print the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
     png = out / f"{name}.png"
+    figure.tight_layout()
     figure.savefig(png, dpi=110)
     plt.close(figure)
-    text = f"## {title}\n\n{machine()}\n\n{table}\n" + (f"\n{notes}\n" if notes else "")
+    text = f"## {title}\n\n{machine()}\n\n{markdown_table(*table)}\n" + (f"\n{notes}\n" if notes else "")
     text += f"\n![{title}]({png.name})\n"
     path = out / f"{name}.md"
     path.write_text(text)

@@ -24,10 +24,10 @@ from experiments.common import (
     RESNET,
     VIT,
     Family,
-    markdown_table,
     mean_std,
     parser,
     percent,
+    plot_spread,
     run_vitkit,
     scaled,
     write_results,
@@ -122,29 +122,17 @@ def main(argv: list[str] | None = None) -> Path:
         ["test top-1", *(f"{k}-shot linear" for k in SHOTS)],
     ):
         for family in FAMILIES:
-            stats = [mean_std([100 * r[key] for r in reports[(family.name, size)]]) for size in sizes]
-            ax.errorbar(
-                sizes,
-                [m for m, _ in stats],
-                yerr=[s for _, s in stats],
-                marker="o",
-                capsize=3,
-                label=f"{family.name} ({flops[family.name]:.0f} MFLOPs)",
-            )
+            samples = [[100 * r[key] for r in reports[(family.name, size)]] for size in sizes]
+            plot_spread(ax, sizes, samples, f"{family.name} ({flops[family.name]:.0f} MFLOPs)")
         ax.set(xscale="log", xlabel="labelled training images", ylabel=f"{label} (%)", title=label)
         ax.grid(alpha=0.3)
     axes[0].legend()
     figure.suptitle("Fashion-MNIST: accuracy against data size at equal compute per size")
-    figure.tight_layout()
-    best = [f"{size:,}: {best_family(reports, size)}" for size in sizes]
-    notes = (
-        f"Best test top-1 per size: {'; '.join(best)}. Seeds: {args.seeds} (mean ± sample std over seeds); "
-        f"steps at 1,000 images: {args.base_steps} x {args.steps_scale:g}; few-shot: 3 draws of k images per "
-        f"class from the whole training split, ridge regression on frozen features, "
-        f"train.fewshot_num_test test images."
-    )
+    best = "; ".join(f"{size:,}: {best_family(reports, size)}" for size in sizes)
+    steps = f"{args.base_steps} x {args.steps_scale:g}"
+    notes = f"Best test top-1 per size: {best}. Seeds: {args.seeds}. Steps at 1,000 images: {steps}."
     title = "Data size decides: accuracy against labelled images"
-    return write_results(out, "data_size", title, markdown_table(header, rows), figure, notes)
+    return write_results(out, "data_size", title, (header, rows), figure, notes)
 
 
 def best_family(reports: dict[tuple[str, int], list[dict[str, Any]]], size: int) -> str:

@@ -21,10 +21,10 @@ import vitkit
 from experiments.common import (
     CONFIGS,
     VIT,
-    markdown_table,
     mean_std,
     parser,
     percent,
+    plot_spread,
     run_vitkit,
     scaled,
     vitkit_command,
@@ -140,15 +140,8 @@ def main(argv: list[str] | None = None) -> Path:
         values = [100 * r["test_top1"] for r in finetuned[arm]]
         ax_ft.bar(i, mean_std(values)[0], yerr=mean_std(values)[1], capsize=4, alpha=0.6)
         ax_ft.plot([i] * len(values), values, "k.")
-        stats = [mean_std([100 * r for r in shots[arm]["shots"][str(k)]["runs"]]) for k in SHOTS]
-        ax_fs.errorbar(
-            SHOTS,
-            [m for m, _ in stats],
-            yerr=[s for _, s in stats],
-            marker="o",
-            capsize=3,
-            label=ARMS[arm] if arm != "scratch" else "untrained initialisation",
-        )
+        samples = [[100 * r for r in shots[arm]["shots"][str(k)]["runs"]] for k in SHOTS]
+        plot_spread(ax_fs, SHOTS, samples, ARMS[arm] if arm != "scratch" else "untrained initialisation")
     ax_ft.set_xticks(range(len(ARMS)), list(ARMS.values()), rotation=10)
     ax_ft.set(ylabel="digits test top-1 (%)", title="fine-tuned on digits (each dot a seed)")
     ax_fs.set(
@@ -161,7 +154,6 @@ def main(argv: list[str] | None = None) -> Path:
     ax_fs.legend()
     for ax in (ax_ft, ax_fs):
         ax.grid(alpha=0.3)
-    figure.tight_layout()
     notes = (
         f"Pre-training: {scaled(args.pretrain_steps, args.steps_scale)} steps per objective (seed 0); "
         f"fine-tuning and from scratch: configs/digits_transfer.toml at {steps[0]}, "
@@ -170,7 +162,7 @@ def main(argv: list[str] | None = None) -> Path:
         f"{shots['scratch']['num_test']} digits test images. All: mean ± sample std."
     )
     title = "Transfer: Fashion-MNIST to digits"
-    return write_results(out, "transfer", title, markdown_table(header, rows), figure, notes)
+    return write_results(out, "transfer", title, (header, rows), figure, notes)
 
 
 if __name__ == "__main__":

@@ -140,7 +140,6 @@ def main(argv: list[str] | None = None) -> Path:
     )
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
-    figure.tight_layout()
     held_out = f" ({args.val_split} training images held out)" if args.val_split else ""
     notes = (
         f"Budget {args.budget_minutes:g} min per model (steps sized from a {args.probe_steps}-step probe of "
@@ -148,7 +147,7 @@ def main(argv: list[str] | None = None) -> Path:
         f"Evaluations on the way: {curve} set{held_out}.\n\n" + "\n\n".join(curves)
     )
     title = f"A ViT on its budget: {args.budget_minutes:g} minutes each"
-    return write_results(out, "vit_budget", title, markdown_table(header, rows), figure, notes)
+    return write_results(out, "vit_budget", title, (header, rows), figure, notes)
 
 
 if __name__ == "__main__":
