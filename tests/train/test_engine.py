@@ -3,6 +3,7 @@
 import contextlib
 import io
 import json
+import time
 
 import pytest
 import torch
@@ -134,3 +135,28 @@ def test_an_existing_run_is_not_overwritten_and_resume_must_match(tmp_path, caps
     error = capsys.readouterr().err
     assert "differs from the saved" in error and "optim.lr" in error
     assert cli.main(["train", "--out", str(out), "--resume"]) == 0
+
+
+def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkeypatch, tiny):
+    from PIL import Image
+
+    from vitkit.data.lazy import LazySource
+
+    for split in ("train", "test"):
+        for label in ("a", "b"):
+            folder = tmp_path / "images" / split / label
+            folder.mkdir(parents=True)
+            for i in range(4):
+                Image.new("L", (28, 28), color=40 * i).save(folder / f"{i}.png")
+    read = LazySource.read
+
+    def slow_read(self, index, channels=3):  # a slow disk: 30 ms per image, ~50x the tiny model's step per image
+        time.sleep(0.03)
+        return read(self, index, channels)
+
+    monkeypatch.setattr(LazySource, "read", slow_read)
+    args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=4", "train.log_every=1"]
+    assert cli.main(["train", "--out", str(tmp_path / "run"), "--steps", "4", *args]) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert 0.6 < report["data_wait_share"] <= 1.0 and report["data_wait_seconds"] >= 4 * 4 * 0.03
+    assert "data wait" in capsys.readouterr().out

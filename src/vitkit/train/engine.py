@@ -127,7 +127,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
-    state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
+    state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0, "data_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
         train_set.skipped += state.get("skipped_images", [])
@@ -146,8 +146,9 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     )
     clock = time.perf_counter() - state["wall_seconds"]
     train_seconds = state["train_seconds"]
-    window_start, window_images = time.perf_counter(), 0
-    images_per_second = 0.0
+    data_seconds = state.get("data_seconds", 0.0)  # waiting for batches, a part of train_seconds
+    window_start, window_images, window_data = time.perf_counter(), 0, 0.0
+    images_per_second = data_wait = 0.0
     model.train()
     try:
         for step in range(start_step, t.steps):
@@ -163,13 +164,16 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             for line in train_set.skipped[skipped:]:
                 progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
+            data_seconds += train_step.data_seconds
             window_images += t.batch_size
+            window_data += train_step.data_seconds
             if done % t.log_every == 0 or done == t.steps:
-                images_per_second = window_images / (time.perf_counter() - window_start)
-                window_start, window_images = time.perf_counter(), 0
+                window_seconds = time.perf_counter() - window_start
+                images_per_second, data_wait = window_images / window_seconds, window_data / window_seconds
+                window_start, window_images, window_data = time.perf_counter(), 0, 0.0
             if metrics is not None:
                 metrics.log({"step": done, "train_loss": loss_value, "lr": lr})
-            progress.update(done, loss_value, lr, images_per_second)
+            progress.update(done, loss_value, lr, images_per_second, data_wait)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                 result = evaluate(
@@ -186,7 +190,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 if metrics is not None:
                     metrics.flush()
                 state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds,
-                         "skipped_images": train_set.skipped}  # fmt: skip
+                         "data_seconds": data_seconds, "skipped_images": train_set.skipped}  # fmt: skip
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
@@ -209,6 +213,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
+    summary |= {"data_wait_seconds": data_seconds, "data_wait_share": data_seconds / max(train_seconds, 1e-9)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
@@ -240,6 +245,7 @@ class TrainStep:
         self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
                                     self.world_size)  # fmt: skip
         self.loss_function = objective_loss(t)
+        self.data_seconds = 0.0  # of the last step: waiting for its batch (decode and augmentation not overlapped)
 
     def __call__(self, step: int) -> tuple[float, float]:
         """Train step `step` (0-based); returns (mean loss over the global batch, learning rate)."""
@@ -247,7 +253,9 @@ class TrainStep:
         torch.manual_seed(step_seed(t.seed, step, self.rank))  # dropout and drop-path, resumable
         lr = learning_rate(step, t.steps, optim)
         set_learning_rate(self.optimizer, lr)
+        waited = time.perf_counter()
         batch = self.batches(step)
+        self.data_seconds = time.perf_counter() - waited
         loss = accumulate_gradients(
             self.forward, self.loss_function, self.transform, batch, self.batches.epoch(step), self.micro,
             self.device, self.autocast_dtype,
