@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from vitkit.data.decode import add_max_pixels_argument
 from vitkit.inspect.figures import write_figures
 from vitkit.inspect.images import preprocess, read_images
 from vitkit.inspect.probe import inspect_model, summary_json
@@ -55,6 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attention distance: drop the class token and renormalise over patches (default), or count it as 0",
     )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_max_pixels_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
     model = model.to(torch.device(args.device)).eval()
     cfg = model.config
 
-    arrays, names, skipped = read_images(args.images, limit=args.max_images)
+    decoded, names, skipped = read_images(args.images, limit=args.max_images, max_pixels=args.max_pixels)
     for s in skipped:
         print(f"vitkit inspect: skipping {s['path']}: {s['reason']}", file=sys.stderr)
-    if not arrays:
+    if not decoded:
         raise ValueError("no readable image among --images " + " ".join(args.images))
-    images = preprocess(arrays, cfg.img_size, cfg.in_chans)
+    images = preprocess(decoded, cfg.img_size, cfg.in_chans)
 
     result = inspect_model(
         model,
