@@ -80,7 +80,7 @@ class Workload:
             config.model = ModelSection(name=model_name)
         if batch_size:
             config.train.batch_size = batch_size
-        dataset = load_dataset(config.data.dataset, "train", config.data.data_dir)
+        dataset = load_dataset(config.data.source, "train", config.data.data_dir)
         torch.manual_seed(config.train.seed)
         return cls(config, dataset, build_run_model(config, len(dataset.classes), None))
 
