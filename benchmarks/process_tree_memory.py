@@ -5,8 +5,9 @@ Memory is read from /proc (Linux), no psutil: every `--every` seconds the proces
 process's VmHWM (its own peak RSS, kept by the kernel) and VmRSS are read, and Pss from smaps_rollup. The report
 gives each process's peak RSS, their sum (an upper bound: forked workers share copy-on-write pages with the main
 process, which RSS counts in both) and the largest simultaneous sums of RSS and of PSS (shared pages split
-between the sharers: the memory the run really holds). The first line `step N/...` that the engine prints
-(with `train.log_every=1`, and stdout not a terminal) marks the first step; with `--kill-at-step K` the whole
+between the sharers: the memory the run really holds). The engine's line `training: ...` (or `resuming at step
+N: ...`) marks the start of its loop, and the first line `step N/...` it prints (with `train.log_every=1`, and
+stdout not a terminal) the end of the first step; with `--kill-at-step K` the whole
 process group gets SIGKILL as soon as step K is printed: a crash with no chance to clean up.
 
     python benchmarks/process_tree_memory.py --json mem.json [--kill-at-step 25] -- \\
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 STEP_LINE = re.compile(r"^step (\d+)/(\d+)\b")
+LOOP_LINE = re.compile(r"^(training|resuming at step \d+): ")  # the engine's last line before its first step
 KIB = 1024
 
 
@@ -133,6 +135,7 @@ def main() -> int:
                              start_new_session=True, bufsize=1)
     memory = TreeMemory()
     first_step: list[float] = []
+    loop_start: list[float] = []
     killed: list[int] = []
     done = threading.Event()
 
@@ -147,6 +150,8 @@ def main() -> int:
     for line in child.stdout:
         sys.stdout.write(line)
         sys.stdout.flush()
+        if LOOP_LINE.match(line) and not loop_start:
+            loop_start.append(time.perf_counter() - start)
         match = STEP_LINE.match(line)
         if match and not first_step:
             first_step.append(time.perf_counter() - start)
@@ -162,7 +167,8 @@ def main() -> int:
         "command": command,
         "exit_status": status,
         "seconds": round(time.perf_counter() - start, 1),
-        "seconds_to_first_step": round(first_step[0], 1) if first_step else None,
+        "seconds_to_loop_start": round(loop_start[0], 1) if loop_start else None,
+        "seconds_to_first_step_done": round(first_step[0], 1) if first_step else None,
         "killed_after_step": killed[0] if killed else None,
         "processes": [{"pid": p.pid, "role": role(p, child.pid), "peak_rss_bytes": p.peak_rss, "command": p.command}
                       for p in peaks],
@@ -176,7 +182,8 @@ def main() -> int:
         print(f"{p['pid']:>8}  {p['role']:<16} peak RSS {p['peak_rss_bytes'] / 2**20:8.0f} MiB  {p['command'][:70]}")
     print(f"sum of peak RSS {report['sum_of_peak_rss_bytes'] / 2**30:.2f} GiB; largest simultaneous RSS "
           f"{memory.peak_rss_sum / 2**30:.2f} GiB, PSS {memory.peak_pss_sum / 2**30:.2f} GiB")
-    print(f"first step after {report['seconds_to_first_step']} s; exit status {status}"
+    print(f"loop started after {report['seconds_to_loop_start']} s, first step done after "
+          f"{report['seconds_to_first_step_done']} s; exit status {status}"
           + (f" (SIGKILL after step {killed[0]})" if killed else ""))
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")

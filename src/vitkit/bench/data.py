@@ -28,9 +28,10 @@ import torch
 from torch import nn
 from torchvision import datasets, transforms
 
+from vitkit.bench.candidates import bench_model
+from vitkit.bench.options import comma_ints, comma_names
 from vitkit.bench.timing import Result, paired_ratio, ratio_range
 from vitkit.data import FolderSource, TrainBatches, TrainTransform
-from vitkit.models.registry import create_model
 
 NAME = "data"
 HELP = "images/s of the input pipeline at 224 (0/1/2 workers) vs torchvision's, and vs training ViT-S/B"
@@ -41,8 +42,9 @@ LoaderFactory = Callable[[], Iterable]
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="an ImageFolder: ROOT/train/<class>/<image> (the collection to read)")
-    parser.add_argument("--workers", default="0,1,2", help="comma-separated DataLoader worker counts")
-    parser.add_argument("--models", default="ViT-S/16,ViT-B/16", help="comma-separated models to time training")
+    parser.add_argument("--workers", type=comma_ints, default=[0, 1, 2], help="comma-separated worker counts")
+    parser.add_argument("--models", type=comma_names, default=["ViT-S/16", "ViT-B/16"],
+                        help="comma-separated models whose training step to time")
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=32, help="loader batch and training batch")
     parser.add_argument("--train-batch-size", type=int, default=None,
@@ -51,9 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    workers = [int(w) for w in args.workers.split(",") if w]
-    models = [m.strip() for m in args.models.split(",") if m.strip()]
-    return data_vs_training(Path(args.root), workers, models, args.img_size, args.batch_size,
+    return data_vs_training(Path(args.root), args.workers, args.models, args.img_size, args.batch_size,
                             args.train_batch_size or args.batch_size, args.rounds, args.batches, log)
 
 
@@ -106,8 +106,7 @@ def time_batches(factory: LoaderFactory, skip: int, batches: int) -> float:
 
 def train_step(name: str, img_size: int, batch_size: int, num_classes: int = 1000) -> Callable[[], float]:
     """One timed training step of `name` at `img_size` on a fixed batch: forward, cross-entropy, backward, AdamW."""
-    torch.manual_seed(0)
-    model: nn.Module = create_model(name, img_size=img_size, num_classes=num_classes).train()
+    model: nn.Module = bench_model(name, img_size, num_classes).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     x = torch.randn(batch_size, 3, img_size, img_size)
     y = torch.randint(0, num_classes, (batch_size,))
