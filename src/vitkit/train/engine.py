@@ -23,6 +23,8 @@ from torch import nn
 from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
     Batch,
+    ImageDataset,
+    ShardSource,
     Source,
     TrainBatches,
     TrainTransform,
@@ -125,12 +127,15 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
     # would need every rank, is refused).
     fewshot = None
+    if t.fewshot_every and not isinstance(labelled, ImageDataset):
+        raise ValueError(f"train.fewshot_every needs a data.source held in memory; {data.source!r} is read per image")
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
         train_set.skipped += state.get("skipped_images", [])
+        check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
     forward = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
@@ -185,8 +190,12 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             if done % t.checkpoint_every == 0 or done == t.steps:
                 if metrics is not None:
                     metrics.flush()
-                state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds,
-                         "skipped_images": train_set.skipped}  # fmt: skip
+                state = {
+                    "wall_seconds": time.perf_counter() - clock,
+                    "train_seconds": train_seconds,
+                    "skipped_images": train_set.skipped,
+                    "data_streams": data_streams(train_set, world_size),
+                }
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
@@ -400,6 +409,21 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}")
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
+
+
+def data_streams(train_set: Source, world_size: int) -> int | None:
+    """How many streams read a shard source (ranks x workers), which its batches depend on; None otherwise."""
+    return world_size * max(train_set.workers, 1) if isinstance(train_set, ShardSource) else None
+
+
+def check_streams(state: dict[str, Any], streams: int | None) -> None:
+    """A shard-stream run resumes exactly only with the ranks x workers it ran with (vitkit.data.shards)."""
+    saved = state.get("data_streams")
+    if saved != streams and saved is not None:
+        raise ValueError(
+            f"--resume: the run read its shards as {saved} streams (ranks x data.workers) and would now read "
+            f"{streams}; resume with the same processes and data.workers, so the batches continue exactly"
+        )
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:
