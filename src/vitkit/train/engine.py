@@ -120,8 +120,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
         shard_model(model)  # in place, before the optimizer sees the parameters
-    optimizer = build_optimizer(model, config.optim, device)
-    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
+    optimizer, ema = train_step.optimizer, train_step.ema
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
     # Few-shot k-shot images come from the whole training split (less data.val_split), also with
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
@@ -137,10 +137,6 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
         train_set.skipped += state.get("skipped_images", [])
         check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
-    forward = data_parallel(model, strategy, device)
-    forward = torch.compile(forward) if t.compile else forward
-    transform = train_transform(config, model, num_classes)
-    train_step = TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
     metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
@@ -271,6 +267,25 @@ class TrainStep:
         if self.ema is not None:
             self.ema.update_parameters(self.model)
         return loss_value, lr
+
+
+def build_train_step(
+    config: RunConfig,
+    train_set: Source,
+    model: nn.Module,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+    strategy: str,
+) -> TrainStep:
+    """The step `train` runs around `model` (already on `device`, sharded under FSDP): its optimizer, weight
+    average, DDP wrapper, torch.compile and augmentation, all from the recipe. `vitkit bench train` times it."""
+    t = config.train
+    optimizer = build_optimizer(model, config.optim, device)
+    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    forward = data_parallel(model, strategy, device)
+    forward = torch.compile(forward) if t.compile else forward
+    transform = train_transform(config, model, len(train_set.classes))
+    return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
 
 def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> TrainTransform:
