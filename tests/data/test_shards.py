@@ -11,7 +11,7 @@ import tarfile
 
 import pytest
 import torch
-from image_collections import in_memory, write_folder, write_packed
+from image_collections import in_memory, take_steps, write_folder, write_packed
 
 from vitkit.data import FolderSource, ShardSource, TrainBatches, TrainTransform, eval_batches, open_source
 
@@ -25,12 +25,8 @@ def shards(tmp_path_factory):
     return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
 
 
-def stream(source, steps, *, rank=0, world_size=1, start=0, batch_size=12):
-    batches = TrainBatches(source, TRANSFORM, batch_size, 2, steps, CPU, rank, world_size)
-    try:
-        return [batches(step) for step in range(start, steps)]
-    finally:
-        batches.close()
+def stream(source, steps, **options):
+    return take_steps(source, TRANSFORM, seed=2, stop=steps, **options)
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])
