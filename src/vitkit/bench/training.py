@@ -70,7 +70,7 @@ def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> 
     ema = ema_model(model, config.train.ema_decay) if config.train.ema_decay else None
     train_step = TrainStep(config, dataset, model, forward, optimizer, ema, transform, cpu, None)
     counter = iter(range(10**9))
-    return lambda: train_step(next(counter))[0]
+    return lambda: train_step(next(counter))[0].item()
 
 
 def plain_timm_step(config, dataset, model: nn.Module, transform, per_epoch: int) -> Callable[[], float]:

@@ -7,6 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from vitkit.device import resolve_device
+from vitkit.precision import add_precision_argument, inference_precision
+
 HELP = "classify images (resize to the model size, pixels to [-1, 1]) and print the top-k classes"
 
 
@@ -19,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", choices=("npz", "vitkit", "timm", "hf"), help="weights format if not evident"
     )
     parser.add_argument("--labels", help="text file with one class name per line, in class-index order")
+    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
+    add_precision_argument(parser)
     parser.add_argument("--topk", type=int, default=5, help="classes to show per image (default 5)")
 
 
@@ -60,12 +65,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
-    model = load_weights(args.weights, format=args.format)
+    model = load_weights(args.weights, format=args.format).to(resolve_device(args.device)).eval()
     config = model.config
     if not config.num_classes:
         raise ValueError(f"{args.weights}: the model has no classification head (num_classes=0)")
     labels = read_labels(args.labels, config.num_classes)
     k = min(args.topk, config.num_classes)
+    precision = inference_precision(args.precision, model, 1)
+    print(f"device {precision.device}, precision {precision}", file=sys.stderr)
     failures = 0
     for path in args.images:
         try:
@@ -74,8 +81,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"vitkit predict: error: {path}: cannot read image ({error})", file=sys.stderr)
             failures += 1
             continue
-        with torch.no_grad():
-            probs = model(eval_transform(pixels[None], config.img_size, config.in_chans)).softmax(-1)[0]
+        with torch.no_grad(), precision.autocast():
+            x = eval_transform(pixels[None].to(precision.device), config.img_size, config.in_chans)
+            probs = model(x).float().softmax(-1)[0]
         top = probs.topk(k)
         print(path)
         print(f"  {'rank':>4}  {'prob':>7}  class")

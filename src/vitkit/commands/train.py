@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vitkit.precision import add_precision_argument
+
 HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
 RUNS_DIR = "runs"
 
@@ -22,6 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="shorthand for train.seed=S")
     parser.add_argument("--checkpoint-every", type=int, help="shorthand for train.checkpoint_every=N")
     parser.add_argument("--data-dir", help="shorthand for data.data_dir=DIR")
+    add_precision_argument(parser, default=None, what="shorthand for train.precision=P: ")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0")
 
@@ -96,5 +99,6 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "train.seed": args.seed,
         "train.checkpoint_every": args.checkpoint_every,
         "data.data_dir": args.data_dir,
+        "train.precision": args.precision,
     }
     return {key: value for key, value in flags.items() if value is not None}
