@@ -39,7 +39,8 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
     from vitkit.train.recipe import load_config
     from vitkit.train import NonFiniteLoss, train
-    from vitkit.train.distributed import launch_processes, launched_world_size
+    from vitkit.device import resolve_device
+    from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
     from vitkit.train.report import format_metrics
 
     if args.resume and not args.out:
@@ -50,6 +51,7 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     if args.resume:
         config = check_resume(out, config, given=bool(args.config or args.overrides or fixed or _flags(args)))
     if config.train.processes > 1 and launched_world_size() == 1:
+        check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
         argv = args.argv if args.out else [*args.argv, "--out", str(out)]  # every process names the same run
         return launch_processes(config.train.processes, config.train.threads, argv)
     try:
