@@ -10,7 +10,7 @@ import torch
 from vitkit import cli, precision
 from vitkit.models import create_model
 from vitkit.train.objectives import classification_loss
-from vitkit.weights.store import load_state_dict
+from vitkit.storage import load_state_dict
 
 from .test_policy import AMX_LIKE
 

@@ -10,7 +10,7 @@ import torch
 from vitkit import cli
 from vitkit.models import build_model, config_from_dict
 from vitkit.train import engine
-from vitkit.weights.store import load_state_dict, read_config
+from vitkit.storage import load_state_dict, read_config
 
 
 @pytest.fixture(scope="module")

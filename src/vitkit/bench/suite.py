@@ -11,9 +11,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
+import vitkit
 from vitkit.bench.memory import MemoryFit, fit_memory, peak_allocated_bytes, resident_bytes
 from vitkit.bench.peers import build_peer, check_same_outputs
 from vitkit.bench.timing import Result, alternate, gemm_candidate, paired_ratio, ratio_range
+from vitkit.flops import count_flops
 
 GIB = 2**30
 MIB = 2**20
@@ -29,8 +31,6 @@ def environment() -> str:
 
 
 def _model(name: str, img_size: int | None = None, num_classes: int = 1000, seed: int = 0) -> nn.Module:
-    import vitkit
-
     torch.manual_seed(seed)
     overrides = {"num_classes": num_classes}
     if img_size is not None:
@@ -51,8 +51,6 @@ def _forward(model: nn.Module, x: torch.Tensor) -> Callable[[], object]:
 
 
 def _flops(model: nn.Module, x: torch.Tensor) -> float:
-    from vitkit.flops import count_flops
-
     return float(count_flops(model, tuple(x.shape[1:]), batch_size=x.shape[0]))
 
 

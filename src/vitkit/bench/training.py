@@ -23,23 +23,31 @@ allocator state or threads; this process only alternates them and times them on 
 from __future__ import annotations
 
 import contextlib
+import socket
 import statistics
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torchvision.transforms import v2
 
+import vitkit
 from vitkit.bench.timing import alternate, gemm_candidate, paired_ratio, ratio_range
+from vitkit.collectives import world
+from vitkit.data import global_batch_indices, load_dataset, steps_per_epoch
+from vitkit.flops import count_flops, count_parameters
 from vitkit.train.allocator import keep_freed_memory
+from vitkit.train.averaging import ema_model
+from vitkit.train.distributed import data_parallel, environment, resolve_strategy
+from vitkit.train.engine import TrainStep, build_run_model, train_transform
+from vitkit.train.optim import build_optimizer
+from vitkit.train.recipe import ModelSection, RunConfig, load_config
 
 
 def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = None):
     """The recipe (the default one unless `recipe` names a TOML file), its training set, model and transform."""
-    from vitkit.train.recipe import ModelSection, RunConfig, load_config
-    from vitkit.data import load_dataset, steps_per_epoch
-    from vitkit.train.engine import build_run_model, train_transform
-
     config = load_config(recipe, RunConfig()) if recipe else RunConfig()
     if model_name:
         config.model = ModelSection(name=model_name)
@@ -56,12 +64,6 @@ def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = 
 def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> Callable[[], float]:
     """The engine's own `TrainStep` (DDP when a process group is initialised), called at steps 0, 1, 2, ...;
     returns the loss."""
-    from vitkit.train.averaging import ema_model
-    from vitkit.collectives import world
-    from vitkit.train.distributed import data_parallel, resolve_strategy
-    from vitkit.train.engine import TrainStep
-    from vitkit.train.optim import build_optimizer
-
     cpu = torch.device("cpu")
     optimizer = build_optimizer(model, config.optim, cpu)
     forward = data_parallel(model, resolve_strategy(config.train.strategy, world()[1]), cpu)
@@ -75,9 +77,6 @@ def engine_step(config, dataset, model: nn.Module, transform, compile: bool) -> 
 
 def plain_timm_step(config, dataset, model: nn.Module, transform, per_epoch: int) -> Callable[[], float]:
     """The hand-written loop around timm's model with the same weights and the same batches."""
-    import vitkit
-    from vitkit.data import global_batch_indices
-
     t, o = config.train, config.optim
     peer = vitkit.to_timm(model).train()
     optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
@@ -111,8 +110,6 @@ class _TorchvisionImages(torch.utils.data.Dataset):
     'none' nothing, 'pad_crop' RandomCrop with black padding, 'resize_crop' Resize to 8/7 then RandomCrop."""
 
     def __init__(self, dataset, img_size: int, crop: str, flip: bool) -> None:
-        from torchvision.transforms import v2
-
         if crop not in ("none", "pad_crop", "resize_crop"):
             raise ValueError(f"the DataLoader baseline has no torchvision equivalent of crop {crop!r}")
         self.images, self.labels = dataset.images, dataset.labels
@@ -138,8 +135,6 @@ class _TorchvisionImages(torch.utils.data.Dataset):
 
 def plain_timm_dataloader_step(config, dataset, model: nn.Module) -> Callable[[], float]:
     """The hand-written loop around timm with a conventional DataLoader and per-sample torchvision transforms."""
-    import vitkit
-
     t, o = config.train, config.optim
     peer = vitkit.to_timm(model).train()
     optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
@@ -180,8 +175,6 @@ def timm_in_worker(setup: tuple, data: str, keep_memory: bool) -> Callable[[], f
 def _worker(rank: int, processes: int, threads: int, port: int, connection, build: tuple) -> None:
     """One process of a candidate: joins a gloo group when there are several, builds its step with
     `build[0](*build[1:])`, then runs as many steps as each request asks for until asked for 0."""
-    import torch.distributed as dist
-
     torch.set_num_threads(threads)
     if processes > 1:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes)
@@ -203,10 +196,6 @@ class StepProcesses:
     meanwhile, so the workers have the cores to themselves; time it on the wall clock."""
 
     def __init__(self, processes: int, threads: int, steps: int, build: tuple) -> None:
-        import socket
-
-        from vitkit.train.distributed import environment
-
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -261,8 +250,6 @@ def training_vs_timm(
     and in `processes` one-thread processes when > 1) and of the plain timm loop, every candidate in processes
     of its own, alternated `steps` steps at a time on the wall clock, with the training FLOPs (3x forward) as a
     fraction of a GEMM ceiling measured here. `recipe` (a TOML file) replaces the default recipe."""
-    from vitkit.flops import count_flops, count_parameters
-
     setup = (model_name, batch_size, recipe)
     config, _, model, _, _ = _setup(*setup)
     b = config.train.batch_size

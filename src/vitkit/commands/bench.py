@@ -13,6 +13,12 @@ import argparse
 import json
 import sys
 
+import torch
+
+from vitkit.bench import suite
+from vitkit.bench.plots import plot_resolution
+from vitkit.bench.training import training_vs_timm
+
 HELP = "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep"
 WHAT = ("inference", "batch", "resolution", "memory", "train")
 
@@ -56,10 +62,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from vitkit.bench import suite
-
     if args.threads:
         torch.set_num_threads(args.threads)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
@@ -82,8 +84,6 @@ def run(args: argparse.Namespace) -> int:
         )
         columns = None
         if args.plot:
-            from vitkit.bench.plots import plot_resolution
-
             title = (f"inference batch {args.batch_size or 4}, {torch.get_num_threads()} torch thread(s), {args.clock} clock, "
                      f"fp32; memory budget {args.budget_gib:g} GiB")
             print(f"<!-- figure: {plot_resolution(rows, args.plot, title)} -->")
@@ -92,8 +92,6 @@ def run(args: argparse.Namespace) -> int:
                                           args.time_rounds, log, args.clock)
         columns = None
     else:
-        from vitkit.bench.training import training_vs_timm
-
         if args.model:
             raise ValueError("bench train measures the default recipe's model (vitkit.train.recipe.RunConfig); drop --model")
         if args.clock != "wall":

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit import load_weights
+from vitkit.data import load_dataset
+from vitkit.device import resolve_device
+from vitkit.evaluate import evaluate
 from vitkit.precision import add_precision_argument, inference_precision
+from vitkit.train.report import plot_confusion
 
 HELP = "evaluate weights on a dataset split: top-1, top-5, loss and a confusion-matrix PNG"
 
@@ -24,12 +29,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit import load_weights
-    from vitkit.data import load_dataset
-    from vitkit.evaluate import evaluate
-    from vitkit.device import resolve_device
-    from vitkit.train.report import plot_confusion
-
     dataset = load_dataset(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt)
     device = resolve_device(args.device)
     model = load_weights(args.weights).to(device)

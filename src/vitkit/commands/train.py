@@ -11,7 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vitkit.device import resolve_device
 from vitkit.precision import add_precision_argument
+from vitkit.train import NonFiniteLoss, train
+from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
+from vitkit.train.recipe import RECIPE_NAME, RunConfig, apply_overrides, load_config, set_value
+from vitkit.train.report import format_metrics
 
 HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
 RUNS_DIR = "runs"
@@ -30,19 +35,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.train.recipe import RunConfig
-
     return run_training(args, RunConfig(), "fashion_mnist_vit_default", {})
 
 
 def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
     """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
-    from vitkit.train.recipe import load_config
-    from vitkit.train import NonFiniteLoss, train
-    from vitkit.device import resolve_device
-    from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
-    from vitkit.train.report import format_metrics
-
     if args.resume and not args.out:
         raise ValueError("--resume needs --out, the run directory to continue")
     name = Path(args.config).stem if args.config else default_name
@@ -71,8 +68,6 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
 
 def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
     """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides."""
-    from vitkit.train.recipe import apply_overrides, set_value
-
     for key, value in {**fixed, **_flags(args)}.items():
         set_value(config, key, value)
     return apply_overrides(config, args.overrides).validate()
@@ -80,10 +75,7 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
 
 def check_resume(out: Path, config: Any, given: bool) -> Any:
     """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact."""
-    from vitkit.train.recipe import load_config
-    from vitkit.train.engine import CONFIG_NAME
-
-    saved_path = out / CONFIG_NAME
+    saved_path = out / RECIPE_NAME
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
     saved = load_config(saved_path).validate()

@@ -23,6 +23,8 @@ from torchvision.datasets import FashionMNIST
 from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 from torchvision.datasets.utils import download_url
 
+from vitkit.data.decode import ImageDecodeError, decode_image, image_size
+
 SPLITS = ("train", "test")
 SUBSETS = ("auto", "full", "embedded")
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
@@ -336,33 +338,23 @@ def load_cifar(name: str, split: str, data_dir: str | Path | None = None) -> Ima
 # -------------------------------------------------------------------------------------- ImageFolder
 
 
-def to_rgb(image: Image.Image) -> Image.Image:
-    """Any PIL mode as 8-bit RGB: 16/32-bit grey scaled down, transparency composited on white."""
-    if image.mode == "I" or image.mode.startswith("I;16"):
-        grey = np.asarray(image).astype(np.float64) / 257.0
-        image = Image.fromarray(np.clip(np.round(grey), 0, 255).astype(np.uint8), "L")
-    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or (
-        image.mode == "P" and "transparency" in image.info
-    ):
-        rgba = image.convert("RGBA")
-        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-    return image.convert("RGB")
-
-
-_DECODE_ERRORS = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
-
-
-def _corrupt(path: str, err: Exception, on_corrupt: str) -> None:
-    """Report an undecodable image by path: raise ('stop') or warn and go on ('skip')."""
+def _corrupt(error: ImageDecodeError, on_corrupt: str) -> None:
+    """Report an unusable image (the error names it): raise ('stop') or warn and go on ('skip')."""
     if on_corrupt == "stop":
-        raise ValueError(f"{path}: cannot decode image ({err}); pass on_corrupt='skip' to skip it") from err
-    warnings.warn(f"skipping corrupt image {path}: {err}", stacklevel=3)
+        raise ImageDecodeError(f"{error}; pass on_corrupt='skip' to skip such images") from None
+    warnings.warn(f"skipping image {error}", stacklevel=3)
 
 
 def load_image_folder(
-    root: str | Path, split: str, *, on_corrupt: str = "stop", decode_size: int = DECODE_SIZE
+    root: str | Path,
+    split: str,
+    *,
+    on_corrupt: str = "stop",
+    decode_size: int = DECODE_SIZE,
+    max_pixels: int | None = None,
 ) -> ImageDataset:
-    """root/<split>/<class>/*.png|jpg... decoded once to uint8 RGB; classes from root/train.
+    """root/<split>/<class>/*.png|jpg... decoded once (vitkit.data.decode's rule) to uint8 RGB; classes from
+    root/train.
 
     Images keep their size when all share one; otherwise the shorter side is resized to
     decode_size and the centre decode_size x decode_size square kept (like resize_small + crop).
@@ -385,10 +377,9 @@ def load_image_folder(
     sizes = {}
     for path, _ in samples:
         try:
-            with Image.open(path) as image:
-                sizes[path] = image.size
-        except _DECODE_ERRORS as err:
-            _corrupt(path, err, on_corrupt)
+            sizes[path] = image_size(path, max_pixels=max_pixels)
+        except ImageDecodeError as error:
+            _corrupt(error, on_corrupt)
     kept = [(path, label) for path, label in samples if path in sizes]
     fixed = len(set(sizes.values())) == 1
     width, height = next(iter(sizes.values())) if fixed else (decode_size, decode_size)
@@ -397,15 +388,14 @@ def load_image_folder(
     labels = []
     for path, label in kept:
         try:
-            with Image.open(path) as image:
-                image.load()
-                rgb = to_rgb(image)
-        except _DECODE_ERRORS as err:
-            _corrupt(path, err, on_corrupt)
+            rgb = decode_image(path, max_pixels=max_pixels).permute(1, 2, 0).numpy()
+        except ImageDecodeError as error:
+            _corrupt(error, on_corrupt)
             continue
         if not fixed:
-            rgb = ImageOps.fit(rgb, (width, height), method=Image.Resampling.BILINEAR)
-        images[len(labels)] = np.asarray(rgb)
+            fitted = ImageOps.fit(Image.fromarray(rgb), (width, height), method=Image.Resampling.BILINEAR)
+            rgb = np.asarray(fitted)
+        images[len(labels)] = rgb
         labels.append(label)
     if not labels:
         raise ValueError(f"{split_dir}: every image failed to decode")

@@ -26,6 +26,7 @@ from vitkit.data import (
     TrainTransform,
     balanced_subset,
     global_batch_indices,
+    hold_out,
     load_dataset,
     shard,
     steps_per_epoch,
@@ -39,6 +40,7 @@ from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import Precision, autocast, choose_precision, model_signature
+from vitkit.storage import FINAL_DIR, atomic_write_text, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.allocator import keep_freed_memory
@@ -61,11 +63,8 @@ from vitkit.train.objectives import (
 )
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
-from vitkit.train.recipe import RunConfig, TrainSection
-from vitkit.weights.store import atomic_write_text, read_config, save_pretrained
-
-CONFIG_NAME = "config.toml"
-FINAL_DIR = "final"
+from vitkit.train.recipe import RECIPE_NAME, RunConfig, TrainSection
+from vitkit.weights import load_weights
 
 
 class NonFiniteLoss(RuntimeError):
@@ -80,7 +79,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
     with process_group(resolve_device(config.train.device)):
-        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / CONFIG_NAME).is_file())
+        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         return _train(config, run_dir, resume=resume)
 
 
@@ -103,11 +102,15 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
 
     data = config.data
     labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
+    if data.val_split:
+        labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
     test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
     train_set = on_device(train_set, device)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
+    periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
     model = build_run_model(config, num_classes, checkpoint).to(device)
@@ -124,8 +127,9 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     transform = train_transform(config, model, num_classes)
     precision = run_precision(config, model, train_set, transform, micro, device, state)
     autocast_dtype = precision.autocast_dtype
-    # Few-shot k-shot images come from the whole training split, also with data.train_subset: it measures the
-    # representation, it does not train. Rank 0 measures alone (FSDP, which would need every rank, is refused).
+    # Few-shot k-shot images come from the whole training split (less data.val_split), also with
+    # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
+    # would need every rank, is refused).
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
@@ -171,8 +175,10 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 progress.update(logged_step, loss_value, lr, images_per_second)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
-                evaluations.update(result.as_dict())
+                result = evaluate(
+                    eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                )
+                evaluations.update(result.as_dict(periodic_prefix))
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
                 evaluations.update(fewshot(bare_model(eval_model)))
             if evaluations:
@@ -186,6 +192,11 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                          "precision": precision.name, "precision_reason": precision.reason}
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        if validation is not None and t.objective == "classification":
+            measured = evaluate(
+                eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+            )
+            evaluations.update(measured.as_dict("val_"))
         if fewshot is not None:
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
@@ -199,6 +210,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall,
                **precision.record(), "step_seconds": split.per_step()}
+    if validation is not None:
+        summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
@@ -484,10 +497,10 @@ def prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> Path | No
     if resume:
         ckpt.remove_partial(run_dir)
         return ckpt.latest_checkpoint(run_dir)
-    if (run_dir / CONFIG_NAME).exists():
+    if (run_dir / RECIPE_NAME).exists():
         raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / CONFIG_NAME, config.to_toml())
+    atomic_write_text(run_dir / RECIPE_NAME, config.to_toml())
     return None
 
 
@@ -503,8 +516,6 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if checkpoint is not None:
         model = build_model(config_from_dict(read_config(checkpoint)))
     elif m.weights is not None:
-        from vitkit import load_weights  # lazily: the weights package imports converters for every format
-
         model = load_weights(m.weights, **{"num_classes": classes, **m.overrides})
     else:
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})

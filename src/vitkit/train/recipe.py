@@ -29,6 +29,7 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
+RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
 
 
 @dataclass
@@ -55,12 +56,18 @@ class DataSection:
     (docs/RESULTS.md).
     `train_subset` > 0 trains on that many training images, class-balanced and drawn with `subset_seed`
     (vitkit.data.balanced_subset): the paper's fine-tuning on a small labelled subset. 0 uses them all.
+    `val_split` > 0 holds that many training images out of training, class-balanced and drawn with `val_seed`
+    (vitkit.data.hold_out), before any `train_subset` is drawn from the rest: periodic evaluations
+    (`eval_every`) measure them instead of the test set, and the report has both (`val_top1`, `test_top1`), so
+    recipes are chosen on validation accuracy and the test set stays for the final report.
     """
 
     dataset: str = "fashion_mnist"
     data_dir: str | None = None
     train_subset: int = 0
     subset_seed: int = 0
+    val_split: int = 0
+    val_seed: int = 0
     crop: str = "none"
     flip: bool = True
     randaugment: bool = False
@@ -174,6 +181,8 @@ class RunConfig:
             raise ValueError("train.fewshot_every is not supported with train.strategy='fsdp' yet; use ddp")
         if self.data.train_subset < 0:
             raise ValueError(f"data.train_subset must be >= 0 (0 trains on every image), got {self.data.train_subset}")
+        if self.data.val_split < 0:
+            raise ValueError(f"data.val_split must be >= 0 (0 holds nothing out), got {self.data.val_split}")
         if t.objective == "mpp":
             self._validate_mpp(architecture)
         return self
