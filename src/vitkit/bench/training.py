@@ -53,7 +53,7 @@ def _setup(model_name: str | None, batch_size: int | None, recipe: str | None = 
         config.model = ModelSection(name=model_name)
     if batch_size:
         config.train.batch_size = batch_size
-    dataset = load_dataset(config.data.dataset, "train", config.data.data_dir)
+    dataset = load_dataset(config.data.source, "train", config.data.data_dir)
     torch.manual_seed(config.train.seed)
     model = build_run_model(config, len(dataset.classes), None)
     transform = train_transform(config, model, len(dataset.classes))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit import load_weights
-from vitkit.data import load_dataset
+from vitkit.data import open_source
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
 from vitkit.precision import add_precision_argument, inference_precision
@@ -18,10 +18,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file"
     )
-    parser.add_argument("--data", default="fashion_mnist", help="dataset name or ImageFolder root")
+    parser.add_argument(
+        "--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH, wds:DIR (DATA.md)"
+    )
     parser.add_argument("--data-dir", help="where the named dataset lives")
     parser.add_argument("--split", default="test", choices=("train", "test"))
-    parser.add_argument("--on-corrupt", default="stop", choices=("stop", "skip"), help="corrupt ImageFolder images")
+    parser.add_argument("--on-corrupt", default="stop", choices=("stop", "skip"), help="unreadable images")
+    parser.add_argument("--workers", type=int, default=0, help="DataLoader processes decoding a lazy source")
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
     add_precision_argument(parser)
@@ -29,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    dataset = load_dataset(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt)
+    dataset = open_source(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt, workers=args.workers)
     device = resolve_device(args.device)
     model = load_weights(args.weights).to(device)
     precision = inference_precision(args.precision, model, args.batch_size)

@@ -15,7 +15,14 @@ from vitkit.device import resolve_device
 from vitkit.precision import add_precision_argument
 from vitkit.train import NonFiniteLoss, train
 from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
-from vitkit.train.recipe import RECIPE_NAME, RunConfig, apply_overrides, load_config, set_value
+from vitkit.train.recipe import (
+    RECIPE_NAME,
+    RESUME_MAY_CHANGE,
+    RunConfig,
+    apply_overrides,
+    load_config,
+    set_value,
+)
 from vitkit.train.report import format_metrics
 
 HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
@@ -74,7 +81,8 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
 
 
 def check_resume(out: Path, config: Any, given: bool) -> Any:
-    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact."""
+    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact,
+    except in the keys that decide how data is read, not what is computed (RESUME_MAY_CHANGE: data.workers)."""
     saved_path = out / RECIPE_NAME
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
@@ -82,8 +90,12 @@ def check_resume(out: Path, config: Any, given: bool) -> Any:
     if given:
         old, new = saved.to_dict(), config.to_dict()
         changed = [f"{s}.{k}" for s in new for k in {**old[s], **new[s]} if old[s].get(k) != new[s].get(k)]
-        if changed:
-            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(changed)}")
+        differs = [key for key in changed if key not in RESUME_MAY_CHANGE]
+        if differs:
+            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(differs)}")
+        for key in changed:
+            section, _, name = key.partition(".")
+            set_value(saved, key, getattr(getattr(config, section), name))
     return saved
 
 

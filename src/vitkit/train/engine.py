@@ -22,13 +22,14 @@ from torch import nn
 
 from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
+    Batch,
     ImageDataset,
+    Source,
+    TrainBatches,
     TrainTransform,
     balanced_subset,
-    global_batch_indices,
     hold_out,
-    load_dataset,
-    shard,
+    open_source,
     steps_per_epoch,
 )
 from vitkit.device import resolve_device
@@ -101,12 +102,13 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     checkpoint = broadcast_object(prepare_run_dir(run_dir, config, resume) if rank == 0 else None)
 
     data = config.data
-    labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    labelled = open_source(data.source, "train", data.data_dir, **reading)
+    test_set = open_source(data.source, "test", data.data_dir, **reading)
     validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
     if data.val_split:
         labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
-    test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
     train_set = on_device(train_set, device)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
@@ -123,6 +125,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
+        train_set.skipped += state.get("skipped_images", [])
     start_step = state["step"]
     transform = train_transform(config, model, num_classes)
     precision = run_precision(config, model, train_set, transform, micro, device, state)
@@ -156,6 +159,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             done = step + 1
             log_step = done % t.log_every == 0 or done == t.steps
             step_start = time.perf_counter()
+            skipped = len(train_set.skipped)
             try:
                 losses.append(done, *train_step(step, split if log_step else None))
                 # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
@@ -164,6 +168,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 last = ckpt.latest_checkpoint(run_dir)
                 kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
                 raise NonFiniteLoss(f"{error} ({kept})") from None
+            for line in train_set.skipped[skipped:]:
+                progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
             if log_step:
@@ -189,7 +195,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 if metrics is not None:
                     metrics.flush()
                 state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds,
-                         "precision": precision.name, "precision_reason": precision.reason}
+                         "precision": precision.name, "precision_reason": precision.reason,
+                         "skipped_images": train_set.skipped}  # fmt: skip
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
@@ -205,6 +212,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
     finally:
+        train_step.batches.close()
         progress.close()
         if metrics is not None:
             metrics.close()
@@ -223,7 +231,7 @@ class TrainStep:
     def __init__(
         self,
         config: RunConfig,
-        train_set: ImageDataset,
+        train_set: Source,
         model: nn.Module,
         forward: nn.Module,
         optimizer: torch.optim.Optimizer,
@@ -232,7 +240,7 @@ class TrainStep:
         device: torch.device,
         autocast_dtype: torch.dtype | None,
     ) -> None:
-        self.config, self.train_set, self.model, self.forward = config, train_set, model, forward
+        self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
         if device.type == "cpu":
@@ -240,7 +248,8 @@ class TrainStep:
         self.rank, self.world_size = world()
         t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
-        self.per_epoch = steps_per_epoch(len(train_set), t.batch_size)
+        self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
+                                    self.world_size)  # fmt: skip
         self.loss_function = objective_loss(t)
 
     def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float]:
@@ -256,11 +265,11 @@ class TrainStep:
         torch.manual_seed(step_seed(t.seed, step, self.rank))  # dropout and drop-path, resumable
         lr = learning_rate(step, t.steps, optim)
         set_learning_rate(self.optimizer, lr)
-        indices = global_batch_indices(len(self.train_set), t.batch_size, t.seed, step)
-        batch = (self.train_set, shard(indices, self.rank, self.world_size), step // self.per_epoch)
+        batch = self.batches(step)
+        split.lap("data")
         loss = accumulate_gradients(
-            self.forward, self.loss_function, self.transform, batch, self.micro, self.device, self.autocast_dtype,
-            split,
+            self.forward, self.loss_function, self.transform, batch, self.batches.epoch(step), self.micro,
+            self.device, self.autocast_dtype, split,
         )
         loss = all_reduce_mean(loss)
         if self.device.type != "cuda":
@@ -361,27 +370,33 @@ def run_precision(
     if "precision" in state:
         return Precision(state["precision"], f"{state['precision_reason']} (kept from the run's start)", device)
     t = config.train
-    indices = torch.arange(min(micro, len(train_set)))
-    x, y = transform(train_set.images[indices].to(device), train_set.labels[indices].to(device), indices, 0)
     loss_function = objective_loss(t)
+    first: list[tuple[torch.Tensor, torch.Tensor]] = []  # made on the first call: most decisions never measure
 
     def forward_backward(dtype: torch.dtype | None) -> None:
+        if not first:
+            batches = TrainBatches(train_set, transform, t.batch_size, t.seed, 1, device, *world())
+            batch = batches(0)
+            batches.close()
+            first.append(transform.mix_batch(batch.images[:micro], batch.labels[:micro], batch.indices[:micro], 0))
+        x, y = first[0]
         with autocast(device, dtype):
             loss = loss_function(model, x, y)
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    key = ("train", model_signature(model), tuple(x.shape), t.objective, str(device))
-    what = f"a forward and backward pass at batch {len(indices)}"
+    shape = (micro, model.config.in_chans, *model.config.img_size)
+    key = ("train", model_signature(model), shape, t.objective, str(device))
+    what = f"a forward and backward pass at batch {micro}"
     chosen = choose_precision(t.precision, device, measure=forward_backward, key=key, what=what)
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 
 
-def on_device(dataset: ImageDataset, device: torch.device) -> ImageDataset:
-    """The in-memory split on a CUDA device when it takes at most a quarter of the free memory there, so the
-    batches and their augmentation never leave it; unchanged on CPU."""
-    if device.type != "cuda":
+def on_device(dataset: Source, device: torch.device) -> Source:
+    """An in-memory split moved to a CUDA device when it takes at most a quarter of the free memory there, so
+    its batches are sliced there and never cross the bus; unchanged on CPU and for sources read per sample."""
+    if device.type != "cuda" or not isinstance(dataset, ImageDataset):
         return dataset
     size = dataset.images.nbytes + dataset.labels.nbytes
     if size > torch.cuda.mem_get_info(device)[0] // 4:
@@ -406,7 +421,7 @@ def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> Tr
 
 
 def final_evaluation(
-    model: nn.Module, test_set: ImageDataset, train: TrainSection, autocast_dtype: torch.dtype | None
+    model: nn.Module, test_set: Source, train: TrainSection, autocast_dtype: torch.dtype | None
 ) -> tuple[dict[str, float], torch.Tensor | None]:
     """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
     test set (corrupted reproducibly) and no confusion matrix."""
@@ -427,27 +442,27 @@ def accumulate_gradients(
     forward: nn.Module,
     loss_function: LossFunction,
     transform: TrainTransform,
-    batch: tuple[ImageDataset, torch.Tensor, int],
+    batch: Batch,
+    epoch: int,
     micro: int,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
     split: StepSplit = NO_SPLIT,
 ) -> torch.Tensor:
-    """Forward and backward this rank's share of a step in micro-batches; returns the mean loss (a tensor).
+    """Forward and backward this rank's share of a step (augmented, on the device) in micro-batches, mixing each
+    micro-batch (MixUp / CutMix) first; returns the mean loss (a tensor).
 
     Each micro-batch loss is weighted by its share of the batch, so the summed gradients equal those of one
     full batch: the paper's batch sizes on small hardware.
     """
-    dataset, indices, epoch = batch
     loss = torch.zeros((), device=device)
-    chunks = indices.split(micro)
-    for i, chunk in enumerate(chunks):
-        chunk = chunk.to(dataset.images.device)  # on the device with the data: the augmentation runs there
-        x, y = transform(dataset.images[chunk].to(device), dataset.labels[chunk].to(device), chunk, epoch)
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    for i, (images, labels, indices) in enumerate(chunks):
+        x, y = transform.mix_batch(images, labels, indices, epoch)
         split.lap("data")
         with gradient_sync(forward, enabled=i == len(chunks) - 1):  # DDP/FSDP: reduce once per step
             with autocast(device, autocast_dtype):
-                part = loss_function(forward, x, y) * (len(chunk) / len(indices))
+                part = loss_function(forward, x, y) * (len(indices) / len(batch.indices))
             part.backward()
         loss += part.detach()
         split.lap("forward_backward")
@@ -460,8 +475,8 @@ def finish(
     model: nn.Module,
     summary: dict[str, Any],
     confusion: torch.Tensor | None,
-    train_set: ImageDataset,
-    test_set: ImageDataset,
+    train_set: Source,
+    test_set: Source,
     train_seconds: float,
 ) -> dict[str, Any]:
     """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json; returns the report.
@@ -486,6 +501,7 @@ def finish(
         "train_data": train_set.source,
         "test_data": test_set.source,
         "test_images": len(test_set),
+        "skipped_images": train_set.skipped + test_set.skipped,
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)
