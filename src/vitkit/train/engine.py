@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import os
 import time
@@ -119,26 +120,22 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
         shard_model(model)  # in place, before the optimizer sees the parameters
-    optimizer = build_optimizer(model, config.optim, device)
-    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
-    eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
-    state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
-    if checkpoint is not None:
-        state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
-        train_set.skipped += state.get("skipped_images", [])
-    start_step = state["step"]
-    transform = train_transform(config, model, num_classes)
-    precision = run_precision(config, model, train_set, transform, micro, device, state)
+    precision = run_precision(config, model, train_set, micro, device, checkpoint)
     autocast_dtype = precision.autocast_dtype
+    train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
+    optimizer, ema = train_step.optimizer, train_step.ema
+    eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
     # Few-shot k-shot images come from the whole training split (less data.val_split), also with
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
     # would need every rank, is refused).
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
-    forward = data_parallel(model, strategy, device)
-    forward = torch.compile(forward) if t.compile else forward
-    train_step = TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
+    state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
+    if checkpoint is not None:
+        state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
+        train_set.skipped += state.get("skipped_images", [])
+    start_step = state["step"]
 
     metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
@@ -358,18 +355,19 @@ NO_SPLIT = _NoSplit(None)
 def run_precision(
     config: RunConfig,
     model: nn.Module,
-    train_set: ImageDataset,
-    transform: TrainTransform,
+    train_set: Source,
     micro: int,
     device: torch.device,
-    state: dict[str, Any],
+    checkpoint: Path | None,
 ) -> Precision:
-    """train.precision for this run (vitkit.precision): the one a resumed run started with, else the policy's
-    choice, where `auto` on a CPU with native bf16 units times a forward and backward pass of the first
-    micro-batch in both precisions. Rank 0 decides for every rank."""
-    if "precision" in state:
-        return Precision(state["precision"], f"{state['precision_reason']} (kept from the run's start)", device)
+    """train.precision for this run (vitkit.precision): the one the run started with when resuming
+    `checkpoint`, else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and
+    backward pass of the first micro-batch in both precisions. Rank 0 decides for every rank."""
+    saved = json.loads((checkpoint / ckpt.STATE_NAME).read_text()) if checkpoint is not None else {}
+    if "precision" in saved:
+        return Precision(saved["precision"], f"{saved['precision_reason']} (kept from the run's start)", device)
     t = config.train
+    transform = train_transform(config, model, len(train_set.classes))
     loss_function = objective_loss(t)
     first: list[tuple[torch.Tensor, torch.Tensor]] = []  # made on the first call: most decisions never measure
 
@@ -402,6 +400,25 @@ def on_device(dataset: Source, device: torch.device) -> Source:
     if size > torch.cuda.mem_get_info(device)[0] // 4:
         return dataset
     return dataclasses.replace(dataset, images=dataset.images.to(device), labels=dataset.labels.to(device))
+
+
+def build_train_step(
+    config: RunConfig,
+    train_set: Source,
+    model: nn.Module,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+    strategy: str,
+) -> TrainStep:
+    """The step `train` runs around `model` (already on `device`, sharded under FSDP): its optimizer, weight
+    average, DDP wrapper, torch.compile and augmentation, all from the recipe. `vitkit bench train` times it."""
+    t = config.train
+    optimizer = build_optimizer(model, config.optim, device)
+    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    forward = data_parallel(model, strategy, device)
+    forward = torch.compile(forward) if t.compile else forward
+    transform = train_transform(config, model, len(train_set.classes))
+    return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
 
 def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> TrainTransform:
