@@ -1,40 +1,78 @@
-"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run)."""
+"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run).
+
+Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the path or field, and an exit code:
+  2  the request is wrong: an argument, option, recipe field or value, or an input file that is missing,
+     corrupt or not what it should be (ValueError, FileNotFoundError); nothing has been written;
+  1  the request was fine but running it failed: an OS error (permission denied, read-only, disk full), a run
+     directory held by another process, a diverged loss, or a bug;
+  130 interrupted (Ctrl-C).
+`vitkit --debug <command>` or VITKIT_DEBUG=1 prints the traceback as well.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
+import traceback
 
 import vitkit.commands
+
+DEBUG_ENV = "VITKIT_DEBUG"
+USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
 
 
 def build_parser() -> argparse.ArgumentParser:
     """One sub-parser per module of vitkit.commands, named after the module."""
     parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformers exactly as the paper.")
+    debug_help = f"on error, print the traceback too (or set {DEBUG_ENV}=1)"
+    parser.add_argument("--debug", action="store_true", help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for info in sorted(pkgutil.iter_modules(vitkit.commands.__path__), key=lambda m: m.name):
         module = importlib.import_module(f"vitkit.commands.{info.name}")
         name = getattr(module, "NAME", info.name)
         command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         module.add_arguments(command)
         command.set_defaults(run=module.run)
     return parser
 
 
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def describe(error: BaseException) -> tuple[int, str]:
+    """(exit code, one-line message) for an exception that ended a command."""
+    if isinstance(error, OSError):
+        code = USAGE if isinstance(error, FileNotFoundError) else RUNTIME  # a path given that does not exist
+        if error.filename is None:
+            return code, one_line(str(error))
+        target = f"{error.filename} -> {error.filename2}" if error.filename2 else str(error.filename)
+        return code, f"{target}: {one_line(error.strerror or str(error)).lower()}"
+    if isinstance(error, ValueError):
+        return USAGE, one_line(str(error))
+    return RUNTIME, f"{type(error).__name__}: {one_line(str(error))} (run with --debug for the traceback)"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run a command; bad input becomes one line on stderr and exit code 2, never a traceback."""
-    args = build_parser().parse_args(argv)
+    """Run a command; every failure is one line on stderr and an exit code (see the module docstring)."""
+    args = build_parser().parse_args(argv)  # argparse itself reports a bad command line with exit code 2
     args.argv = list(sys.argv[1:] if argv is None else argv)  # to start the same command in more processes
+    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return int(args.run(args) or 0)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"vitkit {args.command}: error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"vitkit {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
+    except Exception as error:
+        if debug:
+            traceback.print_exc()
+        code, message = describe(error)
+        print(f"vitkit {args.command}: error: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -185,7 +185,7 @@ def test_evaluator_caps_the_test_set():
 
 @pytest.fixture
 def weights_dir(tmp_path, monkeypatch):
-    from vitkit.weights.store import save_pretrained
+    from vitkit.storage import save_pretrained
 
     model = vitkit.create_model(
         "ViT-Ti/16", img_size=28, patch_size=14, in_chans=1, num_classes=10,

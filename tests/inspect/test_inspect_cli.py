@@ -16,7 +16,7 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main
-from vitkit.weights.store import save_pretrained
+from vitkit.storage import save_pretrained
 
 FASHION = Path("/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz")
 FIGURES = {
@@ -57,7 +57,7 @@ def write_inputs(root: Path) -> tuple[list[str], dict[str, str]]:
         Image.fromarray(load_sample_image("flower.jpg")).save(images / "flower.jpg")
     (images / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     missing = str(root / "missing.png")
-    skips = {str(images / "broken.png"): "cannot decode", missing: "no such file"}
+    skips = {str(images / "broken.png"): "not an image vitkit can read", missing: "no such file"}
     return [str(images), missing], skips
 
 
@@ -124,30 +124,12 @@ def test_cli_distance_equals_api(inspected):
     from vitkit.inspect.images import preprocess, read_images
 
     summary = json.loads((out / "inspect.json").read_text())
-    arrays, names, _ = read_images(summary["images"])
-    x = preprocess(arrays, (28, 28), 1)
+    images, names, _ = read_images(summary["images"])
+    x = preprocess(images, (28, 28), 1)
     assert x.shape == (len(names), 1, 28, 28) and x.min() >= -1 and x.max() <= 1
     maps = vitkit.inspect.attention_maps(model, x)
     expected = vitkit.inspect.mean_attention_distance(maps, (4, 4), 7, 1)
     np.testing.assert_allclose(summary["mean_attention_distance"], expected.numpy(), atol=1e-3)
-
-
-def test_image_modes_convert():
-    from vitkit.inspect.images import to_rgb_uint8
-
-    grey = np.arange(256, dtype=np.uint8).reshape(16, 16)
-    for image in (
-        Image.fromarray(grey, "L"),
-        Image.fromarray(grey.astype(np.uint16) * 257),
-        Image.fromarray(grey.astype(np.int32) * 257, "I"),
-        Image.fromarray(grey.astype(np.float32) / 255, "F"),
-        Image.fromarray(np.stack([grey] * 3 + [np.full_like(grey, 255)], -1), "RGBA"),
-    ):
-        rgb = to_rgb_uint8(image)
-        assert rgb.shape == (16, 16, 3) and rgb.dtype == np.uint8, image.mode
-        np.testing.assert_array_equal(rgb[..., 0], grey, err_msg=image.mode)
-    transparent = Image.fromarray(np.zeros((4, 4, 4), np.uint8), "RGBA")
-    assert (to_rgb_uint8(transparent) == 255).all()  # composited on white
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

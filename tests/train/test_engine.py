@@ -10,7 +10,7 @@ import torch
 from vitkit import cli
 from vitkit.models import build_model, config_from_dict
 from vitkit.train import engine
-from vitkit.weights.store import load_state_dict, read_config
+from vitkit.storage import load_state_dict, read_config
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +120,10 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
                 Image.new("L", (28, 28), color=40 * i).save(folder / f"{i}.png")
     bad = tmp_path / "images" / "train" / "a" / "broken.png"
     bad.write_bytes(b"not a png")
-    code = cli.main(["train", "--out", str(tmp_path / "run"), f"data.dataset={tmp_path / 'images'}", *tiny])
-    assert code == 2 and str(bad) in capsys.readouterr().err
+    args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=5"]  # the broken file is read
+    code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
+    error = capsys.readouterr().err
+    assert code == 2 and str(bad) in error and len(error.strip().splitlines()) == 1
 
 
 @pytest.mark.slow

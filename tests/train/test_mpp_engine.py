@@ -19,7 +19,7 @@ from vitkit.models.vit import VisionTransformer
 from vitkit.train import engine
 from vitkit.train.optim import parameter_groups
 from vitkit.train.report import read_metrics
-from vitkit.weights.store import load_state_dict, read_config
+from vitkit.storage import load_state_dict, read_config
 
 STEPS = 60
 MPP = ["train.objective=mpp", "train.fewshot_every=20", "train.fewshot_num_test=300", "model.patch_size=4"]

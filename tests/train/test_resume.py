@@ -10,7 +10,7 @@ import pytest
 
 from vitkit import cli
 from vitkit.train import checkpoint as ckpt
-from vitkit.weights.store import load_state_dict
+from vitkit.storage import load_state_dict
 
 # Dropout, drop-path, EMA and gradient accumulation on: every piece of state a resume must restore.
 STATEFUL = ["model.dropout=0.1", "model.drop_path=0.1", "train.ema_decay=0.99", "train.micro_batch_size=16"]

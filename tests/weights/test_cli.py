@@ -11,7 +11,7 @@ from PIL import Image
 
 import vitkit
 from vitkit.cli import main
-from vitkit.commands.predict import read_image
+from vitkit.data.decode import decode_image
 from vitkit.weights.official import read_npz
 
 from .conftest import DATA, max_abs, nchw, official_io
@@ -63,12 +63,12 @@ def test_image_kinds_are_converted(tmp_path: Path) -> None:
     jpg, gray, webp, alpha, deep = write_images(tmp_path)
     assert Image.open(deep).mode.startswith("I")
     for path in (jpg, gray, webp, alpha, deep):
-        pixels = read_image(path)
+        pixels = decode_image(path)
         assert pixels.dtype == torch.uint8 and pixels.shape == (3, 40, 56), path.name
-    assert torch.equal(read_image(deep), read_image(gray))  # 16-bit scaled down exactly
-    assert torch.equal(
-        read_image(alpha), torch.from_numpy(np.array(Image.open(alpha).convert("RGB"))).permute(2, 0, 1)
-    )
+    assert torch.equal(decode_image(deep), decode_image(gray))  # 16-bit scaled down exactly
+    rgb = torch.from_numpy(np.array(Image.open(alpha).convert("RGB"))).permute(2, 0, 1).double()
+    over_white = rgb * 128 / 255 + 255 * 127 / 255  # alpha 128 composited onto white, as every reader does
+    assert (decode_image(alpha).double() - over_white).abs().max() <= 1
 
 
 def test_predict_table_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -89,9 +89,9 @@ def test_predict_table_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixtur
         "--topk",
         "3",
     ]
-    assert main(argv) == 1
+    assert main(argv) == 0  # a skipped file is reported, as by inspect; exit 1 only when none is readable
     out, err = capsys.readouterr()
-    assert err.strip().count("\n") == 0 and "broken.jpg: cannot read image" in err
+    assert err.strip().count("\n") == 0 and f"vitkit predict: skipping {broken}: not an image" in err
     for path in images:
         assert str(path) in out
     assert out.count("class_") == 3 * len(images)
@@ -107,5 +107,21 @@ def test_predict_matches_model(tmp_path: Path, capsys: pytest.CaptureFixture[str
     printed = capsys.readouterr().out.splitlines()[-1].split()
     model = vitkit.load_weights(DATA / "A_params.npz")
     with torch.no_grad():
-        probs = model(eval_transform(read_image(path)[None], 32, 3)).softmax(-1)[0]
+        probs = model(eval_transform(decode_image(path)[None], 32, 3)).softmax(-1)[0]
     assert int(printed[2]) == int(probs.argmax()) and abs(float(printed[1]) - probs.max().item()) < 1e-4
+
+
+def test_predict_reads_a_directory_and_skips_like_inspect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    images = write_images(folder)
+    (folder / "broken.png").write_bytes(b"not a png")
+    argv = ["--weights", str(DATA / "A_params.npz"), "--topk", "1"]
+    assert main(["predict", str(folder), *argv]) == 0  # a skipped file is reported; exit 0, as inspect
+    out, err = capsys.readouterr()
+    assert all(str(path) in out for path in images)
+    assert len(err.splitlines()) == 1 and err.startswith(f"vitkit predict: skipping {folder / 'broken.png'}: ")
+    assert main(["predict", str(folder / "broken.png"), *argv]) == 2  # nothing readable: an error
+    assert "no readable image" in capsys.readouterr().err

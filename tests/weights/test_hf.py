@@ -9,7 +9,7 @@ import torch
 
 import vitkit
 from vitkit.weights.hf import _V4_NAMES
-from vitkit.weights.store import save_state_dict
+from vitkit.storage import save_state_dict
 
 from .conftest import DATA, max_abs, randomize
 

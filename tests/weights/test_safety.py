@@ -14,7 +14,7 @@ import torch
 import vitkit
 from vitkit.cli import main
 from vitkit.weights.official import read_npz
-from vitkit.weights.store import load_state_dict, save_state_dict
+from vitkit.storage import load_state_dict, save_state_dict
 
 from .conftest import DATA
 

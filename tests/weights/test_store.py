@@ -11,7 +11,7 @@ import torch
 import vitkit
 from vitkit.models.config import ResNetConfig
 from vitkit.models.posemb import resample_position_embedding
-from vitkit.weights.store import WEIGHTS_NAME, read_config
+from vitkit.storage import WEIGHTS_NAME, read_config
 
 from .conftest import randomize
 

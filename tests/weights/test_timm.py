@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import vitkit
-from vitkit.weights.store import save_state_dict
+from vitkit.storage import save_state_dict
 
 from .conftest import max_abs, randomize
 

@@ -12,6 +12,9 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torchvision.models.vision_transformer import VisionTransformer
+
+import vitkit
 
 PEERS = ("timm", "transformers", "torchvision")
 
@@ -43,15 +46,11 @@ def _load_mapped(
 
 def timm_peer(model: nn.Module) -> nn.Module:
     """timm's VisionTransformer with the vitkit model's weights (`vitkit.to_timm`: fused qkv, F.sdpa)."""
-    import vitkit
-
     return vitkit.to_timm(model)
 
 
 def hf_peer(model: nn.Module) -> nn.Module:
     """transformers' ViTForImageClassification with the vitkit model's weights (`vitkit.to_hf`), SDPA attention."""
-    import vitkit
-
     peer = vitkit.to_hf(model)
     peer.config._attn_implementation = "sdpa"
     return _LogitsOnly(peer)
@@ -73,8 +72,6 @@ class _LogitsOnly(nn.Module):
 
 def torchvision_peer(model: nn.Module) -> nn.Module:
     """torchvision's VisionTransformer (nn.MultiheadAttention, fused in_proj) with the vitkit model's weights."""
-    from torchvision.models.vision_transformer import VisionTransformer
-
     cfg = _plain_vit_config(model)
     if cfg.classifier != "token" or cfg.activation != "gelu" or cfg.in_chans != 3:
         raise ValueError("torchvision's ViT has a class-token head, exact GELU and RGB input only")

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+import torch
+
+from vitkit.storage import atomic_write, save_state_dict
+from vitkit.weights import export_npz, load_weights, save_pretrained, to_hf, to_timm
+from vitkit.weights.mapping import describe
+
 HELP = "convert weights between vitkit, timm, transformers and the official JAX .npz layout"
 TARGETS = ("vitkit", "timm", "hf", "npz")
 SOURCE_FORMATS = ("npz", "vitkit", "timm", "hf")
@@ -35,12 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from vitkit.weights import export_npz, load_weights, save_pretrained, to_hf, to_timm
-    from vitkit.weights.mapping import describe
-    from vitkit.weights.store import atomic_write, save_state_dict
-
     overrides = {
         k: v for k, v in (("img_size", args.img_size), ("num_classes", args.num_classes)) if v is not None
     }

@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import time
+
+import torch
+
+import vitkit
+from vitkit.flops import count_flops, count_parameters
 
 HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed forward pass"
 
@@ -13,13 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import time
-
-    import torch
-
-    import vitkit
-    from vitkit.flops import count_flops, count_parameters
-
     model = vitkit.create_model(args.model).eval()
     config = model.config
     flops = count_flops(model, (config.in_chans, *config.img_size))

@@ -7,6 +7,12 @@ import json
 import time
 from pathlib import Path
 
+import torch
+
+from vitkit import load_weights
+from vitkit.data import load_dataset
+from vitkit.evaluate.fewshot import FewShotEvaluator
+
 HELP = "few-shot linear evaluation (closed-form ridge on frozen pre-logits features), mean/std over seeds"
 
 
@@ -58,12 +64,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from vitkit import load_weights
-    from vitkit.data import load_dataset
-    from vitkit.evaluate.fewshot import FewShotEvaluator
-
     model = load_weights(args.weights)
     model.to(torch.device(args.device))
     train = load_dataset(args.data, "train", data_dir=args.data_dir)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands import train
+from vitkit.train.recipe import finetune_defaults
 
 HELP = "fine-tune any weights vitkit.load_weights reads (default: the paper's recipe on Fashion-MNIST)"
 
@@ -20,6 +21,4 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.train.recipe import finetune_defaults
-
     return train.run_training(args, finetune_defaults(), "finetune", {"model.weights": args.weights})

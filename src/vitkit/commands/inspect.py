@@ -8,6 +8,15 @@ import json
 import sys
 from pathlib import Path
 
+import torch
+
+from vitkit.data.decode import add_max_pixels_argument
+from vitkit.inspect.figures import write_figures
+from vitkit.inspect.images import preprocess, read_images
+from vitkit.inspect.probe import inspect_model, summary_json
+from vitkit.inspect.report import write_report
+from vitkit.weights import load_weights
+
 HELP = "draw the paper's figures (§4.5, D.7, D.8) for a model: filters, position embeddings, attention"
 
 
@@ -47,48 +56,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attention distance: drop the class token and renormalise over patches (default), or count it as 0",
     )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
-
-
-def load_model(path: str):
-    """Any format through `vitkit.load_weights`; a vitkit directory (config.json + model.safetensors) directly
-    when that loader is not available."""
-    import vitkit
-
-    loader = getattr(vitkit, "load_weights", None)
-    if loader is None:
-        try:
-            from vitkit.weights import load_weights as loader  # type: ignore[no-redef]
-        except ImportError:
-            loader = None
-    if loader is not None:
-        model = loader(path)
-        return model[0] if isinstance(model, tuple) else model
-    from vitkit.models import build_model, config_from_dict
-    from vitkit.weights.store import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_config
-
-    directory = Path(path)
-    if directory.is_file() and directory.name in (CONFIG_NAME, WEIGHTS_NAME):
-        directory = directory.parent
-    if not directory.exists():
-        raise FileNotFoundError(f"{path}: no such weights file or directory")
-    model = build_model(config_from_dict(read_config(directory)))
-    model.load_state_dict(load_state_dict(directory / WEIGHTS_NAME))
-    return model
+    add_max_pixels_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from vitkit.inspect.figures import write_figures
-    from vitkit.inspect.images import preprocess, read_images
-    from vitkit.inspect.probe import inspect_model, summary_json
-    from vitkit.inspect.report import write_report
-
     for name in ("max_images", "rollout_images", "batch_size"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "rollout_images" else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    model = load_model(args.weights)
+    model = load_weights(args.weights)
     if not hasattr(model, "forward_attention"):
         raise ValueError(
             f"{args.weights}: a {type(model).__name__} has no attention to inspect; inspect needs a ViT"
@@ -96,12 +72,12 @@ def run(args: argparse.Namespace) -> int:
     model = model.to(torch.device(args.device)).eval()
     cfg = model.config
 
-    arrays, names, skipped = read_images(args.images, limit=args.max_images)
+    decoded, names, skipped = read_images(args.images, limit=args.max_images, max_pixels=args.max_pixels)
     for s in skipped:
         print(f"vitkit inspect: skipping {s['path']}: {s['reason']}", file=sys.stderr)
-    if not arrays:
+    if not decoded:
         raise ValueError("no readable image among --images " + " ".join(args.images))
-    images = preprocess(arrays, cfg.img_size, cfg.in_chans)
+    images = preprocess(decoded, cfg.img_size, cfg.in_chans)
 
     result = inspect_model(
         model,

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from vitkit.flops import count_flops, count_parameters
+from vitkit.models.registry import MODELS, create_model, list_models
+
 HELP = "list registered models with parameters and GFLOPs per image"
 
 
@@ -13,9 +16,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.flops import count_flops, count_parameters
-    from vitkit.models.registry import MODELS, create_model, list_models
-
     names = list_models(args.pattern)
     if not names:
         raise ValueError(f"no model matches {args.pattern!r}")

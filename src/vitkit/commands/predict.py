@@ -5,14 +5,22 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+
+import torch
+
+from vitkit.data.decode import ImageDecodeError, add_max_pixels_argument, decode_image, find_images
+from vitkit.data.transforms import eval_transform
+from vitkit.weights import load_weights
 
 HELP = "classify images (resize to the model size, pixels to [-1, 1]) and print the top-k classes"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "images", nargs="+", help="image files (JPEG, PNG, WebP, ...; grayscale, RGBA, 16-bit)"
+        "images",
+        nargs="+",
+        metavar="PATH",
+        help="image files (JPEG, PNG, WebP, ...; grayscale, RGBA, 16-bit) or directories (searched recursively)",
     )
     parser.add_argument("--weights", required=True, help="anything vitkit.load_weights reads")
     parser.add_argument(
@@ -20,25 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--labels", help="text file with one class name per line, in class-index order")
     parser.add_argument("--topk", type=int, default=5, help="classes to show per image (default 5)")
-
-
-def read_image(path: str | Path) -> Any:
-    """uint8 [3, H, W] tensor: EXIF-rotated, palette/gray/CMYK to RGB, alpha dropped (as the official
-    decode_png(channels=3)), 16-bit scaled to 8-bit."""
-    import numpy as np
-    import torch
-    from PIL import Image, ImageOps
-
-    with Image.open(path) as image:
-        image.load()
-        image = ImageOps.exif_transpose(image)
-        if image.mode.startswith(("I", "F")):  # 16/32-bit integer or float grayscale
-            values = np.asarray(image, dtype=np.float64)
-            wide = image.mode.startswith("I;16") or (image.mode in ("I", "F") and values.max(initial=0) > 255)
-            values = np.clip(np.rint(values / 257.0 if wide else values), 0, 255).astype(np.uint8)
-            image = Image.fromarray(values)
-        rgb = np.asarray(image.convert("RGB"))
-    return torch.from_numpy(rgb.copy()).permute(2, 0, 1)
+    add_max_pixels_argument(parser)
 
 
 def read_labels(path: str | None, num_classes: int) -> list[str]:
@@ -52,12 +42,6 @@ def read_labels(path: str | None, num_classes: int) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-    from PIL import Image
-
-    from vitkit.data.transforms import eval_transform
-    from vitkit.weights import load_weights
-
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
     model = load_weights(args.weights, format=args.format)
@@ -66,13 +50,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.weights}: the model has no classification head (num_classes=0)")
     labels = read_labels(args.labels, config.num_classes)
     k = min(args.topk, config.num_classes)
-    failures = 0
-    for path in args.images:
+    files, skipped = find_images(args.images)
+    for item in skipped:
+        print(f"vitkit predict: skipping {item['path']}: {item['reason']}", file=sys.stderr)
+    classified = 0
+    for path in files:
         try:
-            pixels = read_image(path)
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as error:
-            print(f"vitkit predict: error: {path}: cannot read image ({error})", file=sys.stderr)
-            failures += 1
+            pixels = decode_image(path, max_pixels=args.max_pixels)
+        except ImageDecodeError as error:
+            print(f"vitkit predict: skipping {error}", file=sys.stderr)
             continue
         with torch.no_grad():
             probs = model(eval_transform(pixels[None], config.img_size, config.in_chans)).softmax(-1)[0]
@@ -84,4 +70,7 @@ def run(args: argparse.Namespace) -> int:
         ):
             name = labels[index] if args.labels else str(index)
             print(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if args.labels else ""))
-    return 1 if failures else 0
+        classified += 1
+    if not classified:
+        raise ValueError("no readable image among " + " ".join(args.images))
+    return 0

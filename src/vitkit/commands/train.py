@@ -11,6 +11,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vitkit.train import NonFiniteLoss, train
+from vitkit.train.distributed import launch_processes, launched_world_size
+from vitkit.train.recipe import (
+    RECIPE_NAME,
+    RESUME_MAY_CHANGE,
+    RunConfig,
+    apply_overrides,
+    load_config,
+    set_value,
+)
+from vitkit.train.report import format_metrics
+
 HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
 RUNS_DIR = "runs"
 
@@ -27,18 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vitkit.train.recipe import RunConfig
-
     return run_training(args, RunConfig(), "fashion_mnist_vit_default", {})
 
 
 def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
     """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
-    from vitkit.train.recipe import load_config
-    from vitkit.train import NonFiniteLoss, train
-    from vitkit.train.distributed import launch_processes, launched_world_size
-    from vitkit.train.report import format_metrics
-
     if args.resume and not args.out:
         raise ValueError("--resume needs --out, the run directory to continue")
     name = Path(args.config).stem if args.config else default_name
@@ -66,27 +71,27 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
 
 def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
     """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides."""
-    from vitkit.train.recipe import apply_overrides, set_value
-
     for key, value in {**fixed, **_flags(args)}.items():
         set_value(config, key, value)
     return apply_overrides(config, args.overrides).validate()
 
 
 def check_resume(out: Path, config: Any, given: bool) -> Any:
-    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact."""
-    from vitkit.train.recipe import load_config
-    from vitkit.train.engine import CONFIG_NAME
-
-    saved_path = out / CONFIG_NAME
+    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact,
+    except in the keys that decide how data is read, not what is computed (RESUME_MAY_CHANGE: data.workers)."""
+    saved_path = out / RECIPE_NAME
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
     saved = load_config(saved_path).validate()
     if given:
         old, new = saved.to_dict(), config.to_dict()
         changed = [f"{s}.{k}" for s in new for k in {**old[s], **new[s]} if old[s].get(k) != new[s].get(k)]
-        if changed:
-            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(changed)}")
+        differs = [key for key in changed if key not in RESUME_MAY_CHANGE]
+        if differs:
+            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(differs)}")
+        for key in changed:
+            section, _, name = key.partition(".")
+            set_value(saved, key, getattr(getattr(config, section), name))
     return saved
 
 

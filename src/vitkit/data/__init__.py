@@ -1,17 +1,33 @@
-"""Data for training and evaluation: in-memory datasets, step-keyed batch order, batched transforms."""
+"""Data for training and evaluation: sources (in memory or read per sample), step-keyed batch order, transforms,
+and the pipeline that turns them into batches."""
 
+from .folder import FolderSource
+from .decode import ImageDecodeError, decode_image
+from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
+from .pipeline import Batch, Source, TrainBatches, eval_batches
 from .sources import ImageDataset, load_dataset
-from .subset import balanced_subset
+from .spec import open_source
+from .subset import balanced_subset, hold_out
 from .transforms import TrainTransform, eval_transform
 
 __all__ = [
+    "Batch",
+    "FolderSource",
+    "ImageDecodeError",
     "ImageDataset",
+    "LazySource",
+    "Source",
+    "TrainBatches",
     "TrainTransform",
     "balanced_subset",
+    "decode_image",
+    "eval_batches",
     "eval_transform",
     "global_batch_indices",
+    "hold_out",
     "load_dataset",
+    "open_source",
     "shard",
     "steps_per_epoch",
 ]

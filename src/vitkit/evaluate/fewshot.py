@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitkit.data import eval_transform
+
 BIAS_CONSTANT = 100.0
 STD_EPS = 1e-5
 DEFAULT_SHOTS = (1, 5, 10, 25)
@@ -276,8 +278,6 @@ def extract_features(
     with the model in eval mode (every module's previous train/eval mode is restored afterwards);
     `autocast_dtype` (e.g. torch.bfloat16 on GPU) runs the forward under torch.autocast; the features are
     returned as float32."""
-    from vitkit.data import eval_transform
-
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     net = unwrap_model(model)

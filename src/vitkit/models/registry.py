@@ -11,6 +11,8 @@ import torch
 from torch import nn
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
+from vitkit.models.resnet import ResNetV2
+from vitkit.models.vit import VisionTransformer
 
 # Table 1 of the paper: (hidden size D, layers, heads, MLP size).
 VIT_SIZES = {
@@ -88,9 +90,6 @@ def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
 
 def build_model(config: ViTConfig | ResNetConfig) -> nn.Module:
     """The module for a config: VisionTransformer (plain or hybrid) or the ResNet v2 baseline."""
-    from vitkit.models.resnet import ResNetV2
-    from vitkit.models.vit import VisionTransformer
-
     return VisionTransformer(config) if isinstance(config, ViTConfig) else ResNetV2(config)
 
 

@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.models.config import ResNetConfig
-from vitkit.weights.store import SavePretrainedMixin
+from vitkit.storage import SavePretrainedMixin
 
 SAME_TF = "same_tf"
 EXPANSION = 4  # bottleneck output channels per unit width

@@ -12,6 +12,7 @@ Module names follow timm, so its state dicts map one-to-one; each official key h
 from __future__ import annotations
 
 import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,7 +22,7 @@ from torchvision.ops import StochasticDepth
 from vitkit.models.config import ViTConfig
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
-from vitkit.weights.store import SavePretrainedMixin
+from vitkit.storage import SavePretrainedMixin
 
 Grid = tuple[int, int]
 

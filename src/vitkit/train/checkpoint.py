@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.weights.store import WEIGHTS_NAME, load_state_dict, save_pretrained, save_state_dict
+from vitkit.storage import WEIGHTS_NAME, load_state_dict, save_pretrained, save_state_dict
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_NAME = "state.json"

@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.train import checkpoint as ckpt
 from vitkit.collectives import barrier, broadcast_object, world
-from vitkit.weights.store import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, load_state_dict
+from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, load_state_dict
+from vitkit.train import checkpoint as ckpt
 
 METADATA_NAME = ".metadata"  # written by torch.distributed.checkpoint
 

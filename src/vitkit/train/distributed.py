@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch import nn
 
 from vitkit.collectives import world
+from vitkit.models.registry import build_model
 from vitkit.train.recipe import STRATEGIES  # ("auto", "ddp", "fsdp")
 
 
@@ -190,8 +191,6 @@ def full_model(model: nn.Module, strategy: str) -> nn.Module | None:
     if strategy != "fsdp":
         return model
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-    from vitkit.models.registry import build_model
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(model, options=options)

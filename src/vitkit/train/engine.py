@@ -22,12 +22,13 @@ from torch import nn
 
 from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
-    ImageDataset,
+    Batch,
+    Source,
+    TrainBatches,
     TrainTransform,
     balanced_subset,
-    global_batch_indices,
-    load_dataset,
-    shard,
+    hold_out,
+    open_source,
     steps_per_epoch,
 )
 from vitkit.device import resolve_device
@@ -39,6 +40,7 @@ from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import mixed_precision
+from vitkit.storage import FINAL_DIR, atomic_write_text, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.allocator import keep_freed_memory
@@ -61,11 +63,8 @@ from vitkit.train.objectives import (
 )
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
-from vitkit.train.recipe import RunConfig, TrainSection
-from vitkit.weights.store import atomic_write_text, read_config, save_pretrained
-
-CONFIG_NAME = "config.toml"
-FINAL_DIR = "final"
+from vitkit.train.recipe import RECIPE_NAME, RunConfig, TrainSection
+from vitkit.weights import load_weights
 
 
 class NonFiniteLoss(RuntimeError):
@@ -80,7 +79,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
     with process_group(resolve_device(config.train.device)):
-        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / CONFIG_NAME).is_file())
+        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         return _train(config, run_dir, resume=resume)
 
 
@@ -103,33 +102,36 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     checkpoint = broadcast_object(prepare_run_dir(run_dir, config, resume) if rank == 0 else None)
 
     data = config.data
-    labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    labelled = open_source(data.source, "train", data.data_dir, **reading)
+    test_set = open_source(data.source, "test", data.data_dir, **reading)
+    validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
+    if data.val_split:
+        labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
-    test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
+    periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
     model = build_run_model(config, num_classes, checkpoint).to(device)
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
         shard_model(model)  # in place, before the optimizer sees the parameters
-    optimizer = build_optimizer(model, config.optim, device)
-    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
+    optimizer, ema = train_step.optimizer, train_step.ema
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
-    # Few-shot k-shot images come from the whole training split, also with data.train_subset: it measures the
-    # representation, it does not train. Rank 0 measures alone (FSDP, which would need every rank, is refused).
+    # Few-shot k-shot images come from the whole training split (less data.val_split), also with
+    # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
+    # would need every rank, is refused).
     fewshot = None
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
+        train_set.skipped += state.get("skipped_images", [])
     start_step = state["step"]
-    forward = data_parallel(model, strategy, device)
-    forward = torch.compile(forward) if t.compile else forward
-    transform = train_transform(config, model, num_classes)
-    train_step = TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
     metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
@@ -146,6 +148,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     try:
         for step in range(start_step, t.steps):
             step_start = time.perf_counter()
+            skipped = len(train_set.skipped)
             try:
                 loss_value, lr = train_step(step)
             except NonFiniteLoss as error:
@@ -153,6 +156,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
                 raise NonFiniteLoss(f"{error} ({kept})") from None
             done = step + 1
+            for line in train_set.skipped[skipped:]:
+                progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
             if done % t.log_every == 0 or done == t.steps:
@@ -163,8 +168,10 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             progress.update(done, loss_value, lr, images_per_second)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
-                result = evaluate(eval_model, test_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype)
-                evaluations.update(result.as_dict())
+                result = evaluate(
+                    eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                )
+                evaluations.update(result.as_dict(periodic_prefix))
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
                 evaluations.update(fewshot(bare_model(eval_model)))
             if evaluations:
@@ -174,9 +181,15 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             if done % t.checkpoint_every == 0 or done == t.steps:
                 if metrics is not None:
                     metrics.flush()
-                state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds}
+                state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds,
+                         "skipped_images": train_set.skipped}  # fmt: skip
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        if validation is not None and t.objective == "classification":
+            measured = evaluate(
+                eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+            )
+            evaluations.update(measured.as_dict("val_"))
         if fewshot is not None:
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
@@ -185,10 +198,13 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
     finally:
+        train_step.batches.close()
         progress.close()
         if metrics is not None:
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
+    if validation is not None:
+        summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
@@ -200,7 +216,7 @@ class TrainStep:
     def __init__(
         self,
         config: RunConfig,
-        train_set: ImageDataset,
+        train_set: Source,
         model: nn.Module,
         forward: nn.Module,
         optimizer: torch.optim.Optimizer,
@@ -209,7 +225,7 @@ class TrainStep:
         device: torch.device,
         autocast_dtype: torch.dtype | None,
     ) -> None:
-        self.config, self.train_set, self.model, self.forward = config, train_set, model, forward
+        self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
         if device.type == "cpu":
@@ -217,7 +233,8 @@ class TrainStep:
         self.rank, self.world_size = world()
         t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
-        self.per_epoch = steps_per_epoch(len(train_set), t.batch_size)
+        self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
+                                    self.world_size)  # fmt: skip
         self.loss_function = objective_loss(t)
 
     def __call__(self, step: int) -> tuple[float, float]:
@@ -226,10 +243,10 @@ class TrainStep:
         torch.manual_seed(step_seed(t.seed, step, self.rank))  # dropout and drop-path, resumable
         lr = learning_rate(step, t.steps, optim)
         set_learning_rate(self.optimizer, lr)
-        indices = global_batch_indices(len(self.train_set), t.batch_size, t.seed, step)
-        batch = (self.train_set, shard(indices, self.rank, self.world_size), step // self.per_epoch)
+        batch = self.batches(step)
         loss = accumulate_gradients(
-            self.forward, self.loss_function, self.transform, batch, self.micro, self.device, self.autocast_dtype
+            self.forward, self.loss_function, self.transform, batch, self.batches.epoch(step), self.micro,
+            self.device, self.autocast_dtype,
         )
         loss_value = all_reduce_mean(loss).item()
         if not math.isfinite(loss_value):
@@ -241,6 +258,25 @@ class TrainStep:
         if self.ema is not None:
             self.ema.update_parameters(self.model)
         return loss_value, lr
+
+
+def build_train_step(
+    config: RunConfig,
+    train_set: Source,
+    model: nn.Module,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+    strategy: str,
+) -> TrainStep:
+    """The step `train` runs around `model` (already on `device`, sharded under FSDP): its optimizer, weight
+    average, DDP wrapper, torch.compile and augmentation, all from the recipe. `vitkit bench train` times it."""
+    t = config.train
+    optimizer = build_optimizer(model, config.optim, device)
+    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    forward = data_parallel(model, strategy, device)
+    forward = torch.compile(forward) if t.compile else forward
+    transform = train_transform(config, model, len(train_set.classes))
+    return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
 
 def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> TrainTransform:
@@ -260,7 +296,7 @@ def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> Tr
 
 
 def final_evaluation(
-    model: nn.Module, test_set: ImageDataset, train: TrainSection, autocast_dtype: torch.dtype | None
+    model: nn.Module, test_set: Source, train: TrainSection, autocast_dtype: torch.dtype | None
 ) -> tuple[dict[str, float], torch.Tensor | None]:
     """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
     test set (corrupted reproducibly) and no confusion matrix."""
@@ -281,24 +317,25 @@ def accumulate_gradients(
     forward: nn.Module,
     loss_function: LossFunction,
     transform: TrainTransform,
-    batch: tuple[ImageDataset, torch.Tensor, int],
+    batch: Batch,
+    epoch: int,
     micro: int,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
 ) -> torch.Tensor:
-    """Forward and backward this rank's share of a step in micro-batches; returns the mean loss (a tensor).
+    """Forward and backward this rank's share of a step (augmented, on the device) in micro-batches, mixing each
+    micro-batch (MixUp / CutMix) first; returns the mean loss (a tensor).
 
     Each micro-batch loss is weighted by its share of the batch, so the summed gradients equal those of one
     full batch: the paper's batch sizes on small hardware.
     """
-    dataset, indices, epoch = batch
     loss = torch.zeros((), device=device)
-    chunks = indices.split(micro)
-    for i, chunk in enumerate(chunks):
-        x, y = transform(dataset.images[chunk].to(device), dataset.labels[chunk].to(device), chunk, epoch)
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    for i, (images, labels, indices) in enumerate(chunks):
+        x, y = transform.mix_batch(images, labels, indices, epoch)
         with gradient_sync(forward, enabled=i == len(chunks) - 1):  # DDP/FSDP: reduce once per step
             with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
-                part = loss_function(forward, x, y) * (len(chunk) / len(indices))
+                part = loss_function(forward, x, y) * (len(indices) / len(batch.indices))
             part.backward()
         loss += part.detach()
     return loss
@@ -310,8 +347,8 @@ def finish(
     model: nn.Module,
     summary: dict[str, Any],
     confusion: torch.Tensor | None,
-    train_set: ImageDataset,
-    test_set: ImageDataset,
+    train_set: Source,
+    test_set: Source,
     train_seconds: float,
 ) -> dict[str, Any]:
     """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json; returns the report.
@@ -336,6 +373,7 @@ def finish(
         "train_data": train_set.source,
         "test_data": test_set.source,
         "test_images": len(test_set),
+        "skipped_images": train_set.skipped + test_set.skipped,
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)
@@ -347,10 +385,10 @@ def prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> Path | No
     if resume:
         ckpt.remove_partial(run_dir)
         return ckpt.latest_checkpoint(run_dir)
-    if (run_dir / CONFIG_NAME).exists():
+    if (run_dir / RECIPE_NAME).exists():
         raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
     run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / CONFIG_NAME, config.to_toml())
+    atomic_write_text(run_dir / RECIPE_NAME, config.to_toml())
     return None
 
 
@@ -366,8 +404,6 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if checkpoint is not None:
         model = build_model(config_from_dict(read_config(checkpoint)))
     elif m.weights is not None:
-        from vitkit import load_weights  # lazily: the weights package imports converters for every format
-
         model = load_weights(m.weights, **{"num_classes": classes, **m.overrides})
     else:
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})

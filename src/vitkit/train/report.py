@@ -10,13 +10,14 @@ from typing import Any
 
 import torch
 
-from vitkit.weights.store import atomic_write, atomic_write_text
+from vitkit.storage import atomic_write, atomic_write_text
 
 METRICS_NAME = "metrics.jsonl"
 REPORT_NAME = "report.json"
 CURVES_NAME = "curves.png"
 CONFUSION_NAME = "confusion.png"
 TENSORBOARD_DIR = "tensorboard"
+TOP1_NAMES = {"test_top1": "test top-1", "val_top1": "validation top-1"}  # data.val_split adds the second
 FEWSHOT_KEY = re.compile(r"fewshot_(\d+)shot")  # the mean over seeds; FewShotEvaluator also logs its _std
 
 
@@ -78,8 +79,9 @@ def loss_summary(records: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def accuracy_names(record: dict[str, Any]) -> dict[str, str]:
-    """{key: label} of the accuracies in a metrics record: test top-1 (classification) and k-shot means."""
-    names = {"test_top1": "test top-1"} if "test_top1" in record else {}
+    """{key: label} of the accuracies in a metrics record: test and validation top-1 (classification), k-shot
+    means."""
+    names = {key: label for key, label in TOP1_NAMES.items() if key in record}
     return names | {key: f"{m[1]}-shot" for key in record if (m := FEWSHOT_KEY.fullmatch(key))}
 
 
@@ -88,9 +90,12 @@ def format_metrics(record: dict[str, Any]) -> str:
     parts = []
     if "test_top1" in record:
         parts.append(f"test top-1 {100 * record['test_top1']:.2f}%  top-5 {100 * record['test_top5']:.2f}%")
+    if "val_top1" in record:
+        parts.append(f"validation top-1 {100 * record['val_top1']:.2f}%")
     if "mpp_loss_test" in record:
         parts.append(f"MPP test loss {record['mpp_loss_test']:.4f}")
-    shots = [f"{label} {100 * record[key]:.2f}%" for key, label in accuracy_names(record).items() if key != "test_top1"]
+    names = accuracy_names(record).items()
+    shots = [f"{label} {100 * record[key]:.2f}%" for key, label in names if key not in TOP1_NAMES]
     if shots:
         parts.append("few-shot " + "  ".join(shots))
     return "; ".join(parts)
@@ -126,7 +131,7 @@ def write_curves(run_dir: str | os.PathLike) -> Path:
         ax_acc.plot(*zip(*points), "o-", label=label)
     if names:
         ax_acc.legend()
-    ax_acc.set(xlabel="wall time (minutes)", ylabel="test accuracy (%)", title="test accuracy vs. wall time")
+    ax_acc.set(xlabel="wall time (minutes)", ylabel="accuracy (%)", title="accuracy vs. wall time")
     ax_acc.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(run_dir) / CURVES_NAME

@@ -16,6 +16,7 @@ from torch import nn
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
 from vitkit.models.posemb import resample_grid, resample_position_embedding, square_grid
+from vitkit.models.registry import build_model
 from vitkit.weights.mapping import Converted, check_fits
 
 Config = ViTConfig | ResNetConfig
@@ -147,8 +148,6 @@ def instantiate(
     `img_size=` resamples the position embeddings; `num_classes=K` swaps the head for a zero-initialised one
     (D x K) and drops the pre-logits layer unless `keep_pre_logits` (the paper's fine-tuning recipe, §3.2).
     """
-    from vitkit.models.registry import build_model
-
     state = dict(state)
     num_classes = overrides.pop("num_classes", None)
     target = config_from_dict(config.to_dict(), **overrides)

@@ -23,13 +23,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.weights.store import (
-    CONFIG_NAME,
-    WEIGHTS_NAME,
-    from_pretrained,
-    load_state_dict,
-    resolve_directory,
-)
+from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict
+from vitkit.weights.build import load_vitkit_state
+from vitkit.weights.hf import hints_from_config, load_hf_state
+from vitkit.weights.official import load_official, read_npz
+from vitkit.weights.pretrained import from_pretrained, resolve_directory
+from vitkit.weights.timm import load_timm_state
 
 FORMATS = ("npz", "vitkit", "timm", "hf")
 _PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")
@@ -66,8 +65,6 @@ def load_weights(
         raise FileNotFoundError(f"{path}: no such file or directory")
     kind = _container(path)
     if kind == "npz":
-        from vitkit.weights.official import load_official, read_npz
-
         if format not in (None, "npz"):
             raise ValueError(f"{path}: an .npz file holds official (JAX) weights, not format {format!r}")
         return load_official(read_npz(path), str(path), source_img_size=source_img_size, **options)
@@ -84,16 +81,10 @@ def load_state(
 ) -> nn.Module:
     """Dispatch a torch-layout state dict to its format's table."""
     if format == "timm":
-        from vitkit.weights.timm import load_timm_state
-
         return load_timm_state(state, source, hints=hints, **options)
     if format == "hf":
-        from vitkit.weights.hf import load_hf_state
-
         return load_hf_state(state, source, hints=hints, **options)
     if format == "vitkit":
-        from vitkit.weights.build import load_vitkit_state
-
         return load_vitkit_state(state, source, hints=hints, **options)
     raise ValueError(
         f"{source}: a state dict cannot be read as format {format!r}; expected timm, hf or vitkit"
@@ -116,8 +107,6 @@ def _load_directory(
     except json.JSONDecodeError as error:
         raise ValueError(f"{config_path}: invalid JSON ({error})") from None
     if format == "hf" or (format is None and "num_hidden_layers" in config):
-        from vitkit.weights.hf import hints_from_config
-
         weights = next((directory / n for n in _HF_WEIGHTS if (directory / n).is_file()), None)
         if weights is None:
             raise FileNotFoundError(f"{directory}: a transformers directory needs one of {list(_HF_WEIGHTS)}")

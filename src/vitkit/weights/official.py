@@ -28,9 +28,9 @@ import torch
 from torch import nn
 
 from vitkit.models.config import ViTConfig
+from vitkit.storage import atomic_write
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import CONV, LINEAR, Rule, Table, Transform, linear
-from vitkit.weights.store import atomic_write
 
 LAYOUTS = ("linen", "legacy")
 OFFICIAL_ACTIVATION = "gelu_tanh"

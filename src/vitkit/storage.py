@@ -1,7 +1,8 @@
-"""vitkit's own weight directories (config.json + model.safetensors) and atomic file writes.
+"""How vitkit puts files on disk: atomic writes, safetensors (no pickle), and the save_pretrained directory.
 
-`save_pretrained` / `from_pretrained` round-trip a model bit for bit: the config as JSON, the tensors as
-safetensors (no pickle anywhere), each file written under a temporary name, fsynced and renamed into place.
+A save_pretrained directory (config.json + model.safetensors) round-trips a model bit for bit with
+`vitkit.from_pretrained`; every file is written under a temporary name, fsynced and renamed into place.
+This module imports nothing of vitkit, so the models can inherit `SavePretrainedMixin` from it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from torch import nn
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
+FINAL_DIR = "final"  # a training run's final weights: a save_pretrained directory inside the run directory
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
@@ -74,35 +76,6 @@ def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
         model.state_dict(), directory / WEIGHTS_NAME, metadata={"format": "pt", "library": "vitkit"}
     )
     atomic_write_text(directory / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
-    return directory
-
-
-def from_pretrained(
-    directory: str | os.PathLike, *, keep_pre_logits: bool = False, **overrides: Any
-) -> nn.Module:
-    """Rebuild a model written by `save_pretrained` (or a training run's `final/`), fine-tuning overrides too.
-
-    `img_size=` resamples position embeddings, `num_classes=K` swaps in a zero-initialised head (dropping the
-    pre-logits layer unless `keep_pre_logits`); see `vitkit.load_weights`.
-    """
-    from vitkit.models.config import config_from_dict
-    from vitkit.weights.build import instantiate
-
-    directory = resolve_directory(directory)
-    config = config_from_dict(read_config(directory))
-    weights = directory / WEIGHTS_NAME
-    return instantiate(
-        config, load_state_dict(weights), str(weights), keep_pre_logits=keep_pre_logits, **overrides
-    )
-
-
-def resolve_directory(directory: str | os.PathLike) -> Path:
-    """A save_pretrained directory, or a training run directory whose `final/` is one."""
-    directory = Path(directory)
-    if (directory / "final" / CONFIG_NAME).is_file():
-        return directory / "final"
-    if not directory.is_dir():
-        raise FileNotFoundError(f"{directory}: no such directory")
     return directory
 
 

@@ -1,0 +1,216 @@
+"""The one image decoder every vitkit reader uses (predict, inspect, ImageFolder and the streaming sources).
+
+One rule for every reader, so the same file gives the same pixels everywhere:
+
+- Size: an image of more than `max_pixels` pixels (default DEFAULT_MAX_PIXELS, about 89.5 Mpixel; set
+  VITKIT_MAX_IMAGE_PIXELS or pass max_pixels) is refused from its header, before any pixel is decoded, so a
+  decompression bomb (a 20 KB PNG of 169 Mpixel) costs nothing.
+- Orientation: the EXIF orientation is applied. Multi-frame files (GIF, TIFF) give their first frame.
+- Transparency (an alpha band, or a palette/greyscale/RGB transparent colour) is composited onto white.
+- 16-bit integer pixels are scaled to 8 bits (v / 257). 32-bit integer pixels are read as 16-bit when any
+  exceeds 255, else as 8-bit. Float pixels are read as [0, 1] when none exceeds 1, else as [0, 255]; both
+  clipped. NaN or infinite pixels are an error.
+- Palette, 1-bit, greyscale, CMYK, YCbCr, LAB and HSV images are converted by Pillow; 3 channels are RGB,
+  1 channel is Pillow's luminance (ITU-R 601-2: 0.299 R + 0.587 G + 0.114 B).
+
+Every failure is an ImageDecodeError whose one-line message names the file and what was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import warnings
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+
+DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's warning threshold: a 3-channel 8-bit image of 256 MiB (~9,459^2)
+MAX_PIXELS_ENV = "VITKIT_MAX_IMAGE_PIXELS"
+CHANNELS = (1, 3)
+
+ImageSource = str | os.PathLike | bytes
+
+
+class ImageDecodeError(ValueError):
+    """An image that cannot be used: unreadable, too large, or with non-finite pixels."""
+
+
+def max_pixels_limit(max_pixels: int | None = None) -> int:
+    """The pixel limit in force: the argument, else $VITKIT_MAX_IMAGE_PIXELS, else DEFAULT_MAX_PIXELS."""
+    if max_pixels is None:
+        raw = os.environ.get(MAX_PIXELS_ENV, "").strip()
+        if not raw:
+            return DEFAULT_MAX_PIXELS
+        try:
+            max_pixels = int(raw.replace("_", ""))
+        except ValueError:
+            raise ValueError(f"{MAX_PIXELS_ENV}={raw!r}: expected a whole number of pixels") from None
+    if max_pixels < 1:
+        raise ValueError(f"max_pixels must be a positive number of pixels, got {max_pixels}")
+    return max_pixels
+
+
+def _raster_formats() -> list[str]:
+    """Every format Pillow reads except EPS, whose decoding runs Ghostscript on the file."""
+    Image.init()
+    return [fmt for fmt in Image.OPEN if fmt != "EPS"]
+
+
+def _display_name(source: ImageSource, name: str | None) -> str:
+    if name is not None:
+        return name
+    return "<image bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+
+
+def _open(source: ImageSource, name: str, limit: int) -> Image.Image:
+    """The image with only its header read, refused when larger than `limit` pixels."""
+    # Pillow's own bomb check must not refuse what the user allowed (its warning is silenced below).
+    if Image.MAX_IMAGE_PIXELS is not None and Image.MAX_IMAGE_PIXELS < limit:
+        Image.MAX_IMAGE_PIXELS = limit
+    stream = io.BytesIO(source) if isinstance(source, (bytes, bytearray, memoryview)) else source
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(stream, formats=_raster_formats())
+    except Image.DecompressionBombError:
+        raise ImageDecodeError(
+            f"{name}: more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels, above the limit of {limit:,} "
+            f"(expected at most {limit:,} pixels; raise it with {MAX_PIXELS_ENV})"
+        ) from None
+    except FileNotFoundError:
+        raise ImageDecodeError(f"{name}: no such file (expected an image file)") from None
+    except IsADirectoryError:
+        raise ImageDecodeError(f"{name}: is a directory (expected an image file)") from None
+    except PermissionError:
+        raise ImageDecodeError(f"{name}: permission denied (expected a readable image file)") from None
+    except Exception as error:  # Pillow's parsers raise many types on hostile input; all mean "not an image"
+        why = "unknown format" if isinstance(error, UnidentifiedImageError) else _one_line(error)
+        raise ImageDecodeError(
+            f"{name}: not an image vitkit can read ({why}; expected PNG, JPEG, WebP, GIF, BMP, TIFF, ...)"
+        ) from None
+    width, height = image.size
+    if width * height > limit:
+        image.close()
+        raise ImageDecodeError(
+            f"{name}: {width}x{height} = {width * height:,} pixels is above the limit of {limit:,} "
+            f"(expected at most {limit:,} pixels; raise it with {MAX_PIXELS_ENV})"
+        )
+    if width * height == 0:
+        image.close()
+        raise ImageDecodeError(f"{name}: {width}x{height} image has no pixels (expected at least 1x1)")
+    return image
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or "no details"
+
+
+def image_size(source: ImageSource, *, name: str | None = None, max_pixels: int | None = None) -> tuple[int, int]:
+    """(width, height) from the header alone, with the same pixel limit and errors as decode_image."""
+    label = _display_name(source, name)
+    with _open(source, label, max_pixels_limit(max_pixels)) as image:
+        return image.size
+
+
+def _eight_bit(image: Image.Image, name: str) -> Image.Image:
+    """16/32-bit integer and float images as 8-bit greyscale by the module's rule; others unchanged."""
+    if not (image.mode in ("I", "F") or image.mode.startswith("I;16")):
+        return image
+    values = np.asarray(image, dtype=np.float64)
+    if image.mode == "F":
+        if not np.isfinite(values).all():
+            bad = int((~np.isfinite(values)).sum())
+            raise ImageDecodeError(f"{name}: {bad} NaN or infinite pixel(s) (expected finite values)")
+        values = values * 255.0 if values.max(initial=0.0) <= 1.0 else values
+    elif image.mode.startswith("I;16") or values.max(initial=0.0) > 255:
+        values = values / 257.0
+    return Image.fromarray(np.clip(np.rint(values), 0, 255).astype(np.uint8), "L")
+
+
+def _has_transparency(image: Image.Image) -> bool:
+    return "A" in image.getbands() or "a" in image.getbands() or "transparency" in image.info
+
+
+def _pixels(image: Image.Image, name: str, channels: int) -> np.ndarray:
+    """Decoded pixels [H, W, channels] uint8 by the module's rule."""
+    image.load()
+    image = ImageOps.exif_transpose(image)
+    image = _eight_bit(image, name)
+    if _has_transparency(image):
+        rgba = image.convert("RGBA")
+        image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
+    image = image.convert("RGB" if channels == 3 else "L")
+    return np.array(image, dtype=np.uint8).reshape(image.height, image.width, channels)
+
+
+def decode_image(
+    source: ImageSource, *, name: str | None = None, channels: int = 3, max_pixels: int | None = None
+) -> torch.Tensor:
+    """A uint8 tensor [channels, H, W] from a path or encoded bytes, by the module's rule.
+
+    `name` is what messages call the image (default: the path, or "<image bytes>"); `max_pixels` overrides
+    $VITKIT_MAX_IMAGE_PIXELS. Raises ImageDecodeError (a ValueError) naming the image on any failure.
+    """
+    if channels not in CHANNELS:
+        raise ValueError(f"channels must be one of {CHANNELS}, got {channels}")
+    label = _display_name(source, name)
+    with _open(source, label, max_pixels_limit(max_pixels)) as image:
+        try:
+            pixels = _pixels(image, label, channels)
+        except ImageDecodeError:
+            raise
+        except Exception as error:  # truncated data, broken chunks, unsupported modes, ...
+            raise ImageDecodeError(
+                f"{label}: cannot decode {image.format or 'image'} {image.mode} data "
+                f"({type(error).__name__}: {_one_line(error)}; expected a complete image)"
+            ) from None
+    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+
+
+def image_extensions() -> set[str]:
+    """File name extensions Pillow can open, lower case with the dot."""
+    return {ext.lower() for ext in Image.registered_extensions()}
+
+
+def find_images(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[dict[str, str]]]:
+    """Files as given, directories expanded (recursively, sorted) to their image files by extension, and the
+    skipped paths [{path, reason}] that do not exist."""
+    files: list[Path] = []
+    skipped: list[dict[str, str]] = []
+    extensions = image_extensions()
+    for path in map(Path, paths):
+        if path.is_dir():
+            files.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in extensions))
+        elif path.is_file():
+            files.append(path)
+        else:
+            skipped.append({"path": str(path), "reason": "no such file or directory"})
+    return files, skipped
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of pixels, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1 pixel, got {value}")
+    return value
+
+
+def add_max_pixels_argument(parser: argparse.ArgumentParser) -> None:
+    """--max-pixels, shared by the commands that read images."""
+    parser.add_argument(
+        "--max-pixels",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help=f"refuse images of more than N pixels before decoding them "
+        f"(default ${MAX_PIXELS_ENV} or {DEFAULT_MAX_PIXELS:,})",
+    )

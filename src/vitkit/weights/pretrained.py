@@ -1,0 +1,39 @@
+"""`from_pretrained`: a save_pretrained directory (or a training run's `final/`) back to a model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from vitkit.models.config import config_from_dict
+from vitkit.storage import CONFIG_NAME, FINAL_DIR, WEIGHTS_NAME, load_state_dict, read_config
+from vitkit.weights.build import instantiate
+
+
+def from_pretrained(
+    directory: str | os.PathLike, *, keep_pre_logits: bool = False, **overrides: Any
+) -> nn.Module:
+    """Rebuild a model written by `save_pretrained` (or a training run's `final/`), fine-tuning overrides too.
+
+    `img_size=` resamples position embeddings, `num_classes=K` swaps in a zero-initialised head (dropping the
+    pre-logits layer unless `keep_pre_logits`); see `vitkit.load_weights`.
+    """
+    directory = resolve_directory(directory)
+    config = config_from_dict(read_config(directory))
+    weights = directory / WEIGHTS_NAME
+    return instantiate(
+        config, load_state_dict(weights), str(weights), keep_pre_logits=keep_pre_logits, **overrides
+    )
+
+
+def resolve_directory(directory: str | os.PathLike) -> Path:
+    """A save_pretrained directory, or a training run directory whose `final/` is one."""
+    directory = Path(directory)
+    if (directory / FINAL_DIR / CONFIG_NAME).is_file():
+        return directory / FINAL_DIR
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such directory")
+    return directory
