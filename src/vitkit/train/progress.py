@@ -18,8 +18,8 @@ class Progress:
         self.start_time, self.start_step = time.perf_counter(), initial
 
     def update(self, step: int, loss: float, lr: float, images_per_second: float, data_wait: float = 0.0) -> None:
-        """Record completed `step` (1-based count); `data_wait` is the share of the recent steps spent waiting for
-        their batches."""
+        """Record completed `step` (1-based count); `data_wait` is the share of the timed steps so far spent on
+        their input (waiting for the batch, mixing it)."""
         if not self.enabled:
             return
         if self.bar is not None:
