@@ -130,8 +130,6 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
     # would need every rank, is refused).
     fewshot = None
-    if t.fewshot_every and not isinstance(labelled, ImageDataset):
-        raise ValueError(f"train.fewshot_every needs a data.source held in memory; {data.source!r} is read per image")
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
