@@ -22,6 +22,7 @@ from experiments.common import (
     CONFIGS,
     HYBRID,
     RESNET,
+    TINY_RUN,
     VIT,
     Family,
     mean_std,
@@ -62,7 +63,7 @@ def run_args(family: Family, size: int, seed: int, steps: int, args: Any) -> lis
         f"train.processes={args.processes}",
     ]
     if args.tiny:
-        out += [*family.tiny, "train.batch_size=32", "train.fewshot_num_test=200", "train.log_every=1"]
+        out += [*family.tiny, *TINY_RUN, "train.fewshot_num_test=200"]
     return out
 
 
