@@ -126,6 +126,7 @@ def test_peak_memory_sees_the_activations_gradient_checkpointing_saves():
     assert checkpointed < 0.6 * plain
 
 
+@pytest.mark.slow
 def test_bench_command_runs_end_to_end(capsys):
     from vitkit.cli import main
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from image_collections import in_memory, write_folder
+from image_collections import in_memory, take_steps, write_folder
 
-from vitkit.data import FolderSource, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
+from vitkit.data import FolderSource, TrainTransform, eval_batches, steps_per_epoch
 
 CPU = torch.device("cpu")
 
@@ -17,13 +17,8 @@ def folder(tmp_path_factory):
     return write_folder(tmp_path_factory.mktemp("folder"))
 
 
-def batches(source, *, rank=0, world_size=1, batch_size=12, crop="inception", start=0, stop=10, size=28):
-    transform = TrainTransform(size, crop=crop, seed=3, in_chans=1)
-    stream = TrainBatches(source, transform, batch_size, 3, stop, CPU, rank, world_size)
-    try:
-        return [stream(step) for step in range(start, stop)]
-    finally:
-        stream.close()
+def batches(source, *, crop="inception", size=28, **steps):
+    return take_steps(source, TrainTransform(size, crop=crop, seed=3, in_chans=1), seed=3, **steps)
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])

@@ -100,7 +100,7 @@ def engine_step(workload: Workload, compile: bool) -> Callable[[], float]:
     step = build_train_step(config, workload.dataset, workload.model, torch.device("cpu"), None, strategy)
     workload.model.train()
     counter = itertools.count()
-    return lambda: step(next(counter))[0]
+    return lambda: step(next(counter))[0].item()
 
 
 def plain_timm_step(workload: Workload) -> Callable[[], float]:
