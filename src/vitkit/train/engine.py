@@ -250,10 +250,10 @@ class TrainStep:
         self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
-        if device.type == "cpu":
+        t = config.train
+        if device.type == "cpu" and t.keep_freed_memory:
             keep_freed_memory()  # the step's freed activations and gradients stay in the process for the next
         self.rank, self.world_size = world()
-        t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
         self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
                                     self.world_size)  # fmt: skip
