@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", required=True, help="weights: any format vitkit.load_weights reads, run directories too"
     )
-    parser.add_argument("--data", default="fashion_mnist", help="dataset name or ImageFolder directory")
+    parser.add_argument("--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH")
     parser.add_argument("--data-dir", default=None, help="where the named dataset's files are")
     parser.add_argument(
         "--shots", type=_int_list, default=[1, 5, 10, 25], help="comma-separated (default 1,5,10,25)"
