@@ -35,6 +35,9 @@ def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
     assert report["test_top1"] > 0.25 and report["steps"] == 60 and report["world_size"] == 1
     for key in ("images_per_second", "wall_seconds", "test_top5", "train_data"):
         assert key in report
+    assert report["device"] == "cpu" and report["precision"] in ("bf16", "fp32") and report["precision_reason"]
+    assert set(report["step_seconds"]) == {"data", "forward_backward", "optimizer"}
+    assert f"precision {report['precision']} ({report['precision_reason']})" in printed
     for name in ("config.toml", "metrics.jsonl", "curves.png", "confusion.png", "final/model.safetensors"):
         assert (out / name).is_file(), name
     assert any((out / "tensorboard").iterdir())
@@ -124,6 +127,10 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
     code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
     error = capsys.readouterr().err
     assert code == 2 and str(bad) in error and len(error.strip().splitlines()) == 1
+    assert cli.main(["train", "--out", str(tmp_path / "skip"), "--steps", "4", *args, "data.on_corrupt=skip"]) == 0
+    report = json.loads((tmp_path / "skip" / "report.json").read_text())
+    assert [line.split(": ")[0] for line in report["skipped_images"]] == [str(bad)] * 4  # read each step
+    assert f"skipped unreadable image {bad}" in capsys.readouterr().out + capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -11,8 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vitkit.device import resolve_device
+from vitkit.precision import add_precision_argument
 from vitkit.train import NonFiniteLoss, train
-from vitkit.train.distributed import launch_processes, launched_world_size
+from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
 from vitkit.train.recipe import (
     RECIPE_NAME,
     RESUME_MAY_CHANGE,
@@ -36,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="shorthand for train.seed=S")
     parser.add_argument("--checkpoint-every", type=int, help="shorthand for train.checkpoint_every=N")
     parser.add_argument("--data-dir", help="shorthand for data.data_dir=DIR")
+    add_precision_argument(parser, default=None, what="shorthand for train.precision=P: ")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0")
 
@@ -54,6 +57,7 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     if args.resume:
         config = check_resume(out, config, given=bool(args.config or args.overrides or fixed or _flags(args)))
     if config.train.processes > 1 and launched_world_size() == 1:
+        check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
         argv = args.argv if args.out else [*args.argv, "--out", str(out)]  # every process names the same run
         return launch_processes(config.train.processes, config.train.threads, argv)
     try:
@@ -113,5 +117,6 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "train.seed": args.seed,
         "train.checkpoint_every": args.checkpoint_every,
         "data.data_dir": args.data_dir,
+        "train.precision": args.precision,
     }
     return {key: value for key, value in flags.items() if value is not None}
