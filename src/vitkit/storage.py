@@ -102,7 +102,10 @@ def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
     gets the umask's permissions. A full disk raises DiskFull (the temporary file removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:  # name the file asked for, not the temporary one
+        raise type(error)(error.errno, error.strerror, str(path)) from None
     os.close(fd)
     try:
         write(tmp)
@@ -173,6 +176,9 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
             f"{path}: missing; a vitkit weights directory holds {CONFIG_NAME} and {WEIGHTS_NAME}"
         )
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: invalid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object of config fields, got a {type(config).__name__}")
+    return config
