@@ -1,9 +1,11 @@
-# The README's commands. `make run` sets up and runs the main job; `make test` runs the tests.
+# The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (< 1 minute),
+# `make test-slow` the rest (process groups, kill-and-resume, full-size conversions, benchmarks, torch.compile,
+# the headless-Chromium rendering), `make test-all` both, as CI does.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-slow bench
+.PHONY: setup run test test-slow test-all
 
 setup: $(BIN)/vitkit
 
@@ -20,4 +22,7 @@ test: setup
 	$(BIN)/python -m pytest
 
 test-slow: setup
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -m slow -rs
+
+test-all: setup
+	$(BIN)/python -m pytest -m 'slow or not slow' -rs

@@ -15,7 +15,7 @@ import argparse
 import torch
 import torch.nn.functional as F
 
-from vitkit.bench.suite import format_table
+from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate, paired_ratio
 from vitkit.models.vit import Attention
 

@@ -17,7 +17,7 @@ import statistics
 import subprocess
 import sys
 
-from vitkit.bench.suite import format_table
+from vitkit.bench.table import format_table
 
 STEPS = """
 import json, resource, sys, time

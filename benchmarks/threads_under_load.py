@@ -15,7 +15,7 @@ import argparse
 import torch
 
 import vitkit
-from vitkit.bench.suite import format_table
+from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate, gemm_candidate
 from vitkit.flops import count_flops
 

@@ -10,9 +10,9 @@ import argparse
 
 import torch
 
-from vitkit.bench.suite import format_table
+from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate
-from vitkit.bench.training import _setup, _TorchvisionImages
+from vitkit.bench.training import TorchvisionImages, Workload
 from vitkit.data import global_batch_indices
 
 
@@ -24,7 +24,8 @@ def main() -> None:
     parser.add_argument("--config", default=None, help="recipe (TOML) whose crop and flip to time (default: the default)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config, dataset, model, transform, _ = _setup(None, None, args.config)
+    workload = Workload.load(recipe=args.config)
+    config, dataset, model, transform = workload.config, workload.dataset, workload.model, workload.transform()
     batch_size = config.train.batch_size
     step = [0]
 
@@ -34,7 +35,7 @@ def main() -> None:
         transform(dataset.images[indices], dataset.labels[indices], indices, 0)
 
     loader = torch.utils.data.DataLoader(
-        _TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip),
+        TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip),
         batch_size=batch_size, shuffle=True, num_workers=0,
     )
     batches = [iter(loader)]

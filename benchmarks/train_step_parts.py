@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import vitkit
-from vitkit.bench.suite import format_table
+from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate, paired_ratio
 from vitkit.train.recipe import RunConfig
 

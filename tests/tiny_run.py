@@ -16,6 +16,7 @@ TINY = [
     "train.batch_size=32",
     "train.log_every=10",
     "train.threads=1",
+    "train.device=cpu",  # bitwise comparisons of CPU runs, also on machines with a GPU
 ]
 
 

@@ -1,12 +1,210 @@
-"""The precision policy: bf16 autocast or float32, for every entry point."""
+"""The precision policy of every entry point: `auto`, `bf16` (bf16 autocast) or `fp32`.
+
+`bf16` runs the forward pass under `torch.autocast(dtype=torch.bfloat16)`: matrix products and convolutions in
+bf16, while the weights, gradients, optimizer state, EMA and checkpoints stay float32 and the loss is computed in
+float32 (vitkit.train.objectives casts the logits). `fp32` is plain float32 throughout.
+
+How `auto` decides, for one device and one model at one batch size:
+
+- CUDA: bf16 when the GPU supports it (`torch.cuda.is_bf16_supported()`), fp32 otherwise.
+- CPU: bf16 only when both hold:
+  1. the CPU has native bf16 matrix units: the `amx_bf16` or `avx512_bf16` flag in /proc/cpuinfo (Intel Xeon
+     Sapphire Rapids and later, AMD Zen 4 and later). Without them bf16 is emulated and slower, and nothing is
+     measured (AMD Zen 3, most laptops, machines without /proc/cpuinfo);
+  2. a short measurement says bf16 is faster: the caller's step (a training step or a forward pass of this model
+     at this batch) runs alternately in fp32 and bf16, one warm-up and `MEASURE_ROUNDS` timed calls each, and bf16
+     wins when its median is lower. Small models lose in bf16 even with AMX (the casts cost more than the smaller
+     products gain), large ones gain several times. The result is cached per process for the same model
+     configuration, input shape, mode (train or inference) and thread count.
+- any other device: fp32.
+
+Every decision comes with a one-line reason, printed by the commands and recorded in report.json (`precision`,
+`precision_reason`, `device`) and in the benchmark tables. A training run keeps the precision it started with when
+it resumes (it is saved in each checkpoint's state.json), so `auto` cannot change its mind mid-run.
+"""
 
 from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import statistics
+import time
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 PRECISIONS = ("auto", "bf16", "fp32")
+NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
+MEASURE_ROUNDS = 3
+MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
+CPUINFO = Path("/proc/cpuinfo")
+
+Step = Callable[[torch.dtype | None], object]  # one call of the measured work at an autocast dtype (None: fp32)
+
+_measured: dict[Hashable, tuple[float, float]] = {}  # key -> (fp32 seconds, bf16 seconds), per process
 
 
-def mixed_precision(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 autocast on CUDA ('auto') or when asked; float32 otherwise (CPU bf16 is slower on most CPUs)."""
-    return torch.bfloat16 if precision == "bf16" or (precision == "auto" and device.type == "cuda") else None
+@dataclass(frozen=True)
+class Precision:
+    """What a run computes in (`name`: 'bf16' or 'fp32') on `device`, and why."""
+
+    name: str
+    reason: str
+    device: torch.device
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        """torch.bfloat16 for bf16 autocast, None for plain float32."""
+        return torch.bfloat16 if self.name == "bf16" else None
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The context to run forward passes in: bf16 autocast on this device, or nothing."""
+        return autocast(self.device, self.autocast_dtype)
+
+    def record(self) -> dict[str, str]:
+        """The report.json fields."""
+        return {"precision": self.name, "precision_reason": self.reason, "device": describe_device(self.device)}
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.reason})"
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """torch.autocast on `device` at `dtype`; a no-op for None (float32)."""
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of /proc/cpuinfo (empty where there is none, e.g. macOS)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()
+
+
+def native_bf16_units(flags: frozenset[str] | None = None) -> list[str]:
+    """The native bf16 matrix-unit flags this CPU has (amx_bf16, avx512_bf16); [] when bf16 is emulated."""
+    flags = cpu_flags() if flags is None else flags
+    return [flag for flag in NATIVE_BF16_FLAGS if flag in flags]
+
+
+def describe_device(device: torch.device) -> str:
+    """'cpu' or 'cuda:0 (NVIDIA H100 80GB HBM3)': what report.json and the benchmark tables record."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return str(device)
+
+
+def choose_precision(
+    precision: str,
+    device: torch.device | str,
+    *,
+    measure: Step | None = None,
+    key: Hashable | None = None,
+    what: str = "this model",
+) -> Precision:
+    """Resolve `precision` ('auto' | 'bf16' | 'fp32') for `device`; see the module docstring for `auto`.
+
+    `measure(dtype)` runs the work `auto` compares on a CPU with native bf16 units (a training step, a forward
+    pass); `key` identifies it for the per-process cache (no cache without one); `what` names it in the reason.
+    Without `measure` such a CPU gets bf16 unmeasured.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
+    device = torch.device(device)
+    if precision != "auto":
+        return Precision(precision, "asked for" + _emulated_note(precision, device), device)
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported():
+            return Precision("bf16", "auto: CUDA device with bf16 support", device)
+        return Precision("fp32", "auto: this CUDA device has no bf16 support", device)
+    if device.type != "cpu":
+        return Precision("fp32", f"auto: bf16 autocast is used on CUDA and CPU only, not {device.type}", device)
+    units = native_bf16_units()
+    if not units:
+        return Precision(
+            "fp32", f"auto: this CPU has no native bf16 matrix units ({' / '.join(NATIVE_BF16_FLAGS)} not in "
+            "its flags), so bf16 would be emulated and slower", device
+        )
+    if measure is None:
+        return Precision("bf16", f"auto: CPU with {' and '.join(units)} (not measured)", device)
+    fp32_s, bf16_s = measured_seconds(measure, key)
+    timing = f"{bf16_s * 1e3:.4g} ms bf16 vs {fp32_s * 1e3:.4g} ms fp32 per call of {what}"
+    if bf16_s < fp32_s:
+        return Precision("bf16", f"auto: CPU with {' and '.join(units)}, bf16 measured faster: {timing}", device)
+    return Precision("fp32", f"auto: CPU with {' and '.join(units)}, but bf16 measured slower: {timing}", device)
+
+
+def measured_seconds(measure: Step, key: Hashable | None = None) -> tuple[float, float]:
+    """(fp32, bf16) median seconds per call of `measure`, alternated after one warm-up each; cached by `key`
+    together with the torch thread count."""
+    cache_key = None if key is None else (key, torch.get_num_threads())
+    if cache_key in _measured:
+        return _measured[cache_key]
+    dtypes = {"fp32": None, "bf16": torch.bfloat16}
+    samples: dict[str, list[float]] = {name: [] for name in dtypes}
+    with torch.random.fork_rng(devices=[]):  # the measurement leaves the caller's random stream alone
+        for dtype in dtypes.values():
+            measure(dtype)
+        for _ in range(MEASURE_ROUNDS):
+            for name, dtype in dtypes.items():
+                start = time.perf_counter()
+                measure(dtype)
+                samples[name].append(time.perf_counter() - start)
+    result = (statistics.median(samples["fp32"]), statistics.median(samples["bf16"]))
+    if cache_key is not None:
+        _measured[cache_key] = result
+    return result
+
+
+def inference_precision(precision: str, model: torch.nn.Module, batch_size: int) -> Precision:
+    """The precision for inference of `model` (on the device of its parameters) in batches of `batch_size`;
+    where `auto` measures, it times no-grad forward passes of random images at min(batch_size, 32).
+
+        precision = inference_precision("auto", model, 64)
+        with precision.autocast():
+            logits = model(images)
+    """
+    device = next(model.parameters()).device
+    config = model.config
+    shape = (min(batch_size, MEASURE_BATCH), config.in_chans, *config.img_size)
+    example: list[torch.Tensor] = []  # made on the first call: most decisions never measure
+
+    def forward(dtype: torch.dtype | None) -> None:
+        if not example:
+            example.append(torch.randn(shape, device=device))
+        with torch.inference_mode(), autocast(device, dtype):
+            model(example[0])
+
+    key = ("inference", model_signature(model), shape, str(device))
+    return choose_precision(precision, device, measure=forward, key=key, what=f"a forward pass at batch {shape[0]}")
+
+
+def add_precision_argument(parser: argparse.ArgumentParser, default: str | None = "auto", what: str = "") -> None:
+    """The `--precision auto|bf16|fp32` flag of every command."""
+    parser.add_argument(
+        "--precision", choices=PRECISIONS, default=default,
+        help=f"{what}bf16 autocast or float32; 'auto' picks bf16 on CUDA, and on CPUs with native bf16 units "
+        "(amx_bf16 / avx512_bf16) when a short measurement finds it faster (docs/PRECISION.md)",
+    )
+
+
+def model_signature(model: torch.nn.Module) -> str:
+    """The class and configuration of a model: what the measurement cache tells models apart by."""
+    return f"{type(model).__name__}:{getattr(model, 'config', None)!r}"
+
+
+def _emulated_note(precision: str, device: torch.device) -> str:
+    if precision == "bf16" and device.type == "cpu" and not native_bf16_units():
+        return "; this CPU has no native bf16 matrix units, so bf16 is emulated and likely slower than fp32"
+    return ""
+

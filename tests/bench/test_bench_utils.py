@@ -7,7 +7,7 @@ import torch
 import vitkit
 from vitkit.bench import memory, timing
 from vitkit.bench.peers import build_peer, check_same_outputs
-from vitkit.bench.suite import format_table
+from vitkit.bench.table import format_table
 
 TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10)
 
@@ -126,6 +126,7 @@ def test_peak_memory_sees_the_activations_gradient_checkpointing_saves():
     assert checkpointed < 0.6 * plain
 
 
+@pytest.mark.slow
 def test_bench_command_runs_end_to_end(capsys):
     from vitkit.cli import main
 

@@ -231,75 +231,6 @@ def test_missing_cifar_lists_every_place(tmp_path, monkeypatch):
     assert "cifar-10-binary.tar.gz" in message and "--data-dir" in message
 
 
-# ---------------------------------------------------------------------------------------- ImageFolder
-
-
-def make_folder(root: Path) -> dict[str, Path]:
-    """train/{cat,dog} in several PIL modes at 12x10, a corrupt and a truncated file, plus val/."""
-    paths = {}
-    rgb = np.zeros((10, 12, 3), dtype=np.uint8)
-    rgb[..., 0] = 200
-    images = {
-        "cat/rgb.png": Image.fromarray(rgb),
-        "cat/grey.png": Image.fromarray(np.full((10, 12), 100, np.uint8), "L"),
-        "cat/sixteen.png": Image.fromarray(np.full((10, 12), 257 * 100, np.uint16)),
-        "dog/rgba.png": Image.fromarray(np.zeros((10, 12, 4), np.uint8), "RGBA"),  # fully transparent
-        "dog/palette.png": Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE),
-        "dog/photo.jpg": Image.fromarray(rgb),
-    }
-    for name, image in images.items():
-        path = root / "train" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        image.save(path)
-        paths[name] = path
-    paths["corrupt"] = root / "train" / "dog" / "corrupt.png"
-    paths["corrupt"].write_bytes(b"this is not a png")
-    paths["truncated"] = root / "train" / "cat" / "truncated.png"
-    noise = io.BytesIO()
-    Image.fromarray(np.random.default_rng(0).integers(0, 256, (10, 12, 3), dtype=np.uint8)).save(noise, "png")
-    paths["truncated"].write_bytes(noise.getvalue()[:200])  # header intact, pixel data cut
-    (root / "val" / "dog").mkdir(parents=True)
-    Image.fromarray(rgb).resize((30, 20)).save(root / "val" / "dog" / "big.png")
-    Image.fromarray(rgb).save(root / "val" / "dog" / "small.png")
-    return paths
-
-
-def test_imagefolder_stop_names_the_corrupt_path(tmp_path):
-    make_folder(tmp_path)
-    with pytest.raises(ValueError, match="truncated.png|corrupt.png"):
-        load_dataset(str(tmp_path), "train")
-
-
-def test_imagefolder_skip_warns_and_converts_modes(tmp_path):
-    paths = make_folder(tmp_path)
-    with pytest.warns(UserWarning) as record:
-        ds = load_dataset(str(tmp_path), "train", on_corrupt="skip")
-    warned = " ".join(str(w.message) for w in record)
-    assert str(paths["corrupt"]) in warned and str(paths["truncated"]) in warned
-    assert ds.classes == ["cat", "dog"] and len(ds) == 6
-    assert ds.images.shape == (6, 3, 10, 12) and ds.images.dtype == torch.uint8
-    by_name = {Path(p).name: i for i, p in enumerate(sorted(str(v) for k, v in paths.items() if "/" in k))}
-    pixel = {name: ds.images[i, :, 0, 0].tolist() for name, i in by_name.items()}
-    assert pixel["grey.png"] == [100, 100, 100]
-    assert pixel["sixteen.png"] == [100, 100, 100]  # 16-bit 25700 -> 8-bit 100
-    assert pixel["rgba.png"] == [255, 255, 255]  # transparent over white
-    assert pixel["palette.png"] == [200, 0, 0] and pixel["rgb.png"] == [200, 0, 0]
-    assert ds.labels.tolist() == [0, 0, 0, 1, 1, 1]
-
-
-def test_imagefolder_val_split_mixed_sizes_are_resized(tmp_path):
-    make_folder(tmp_path)
-    ds = load_dataset(str(tmp_path), "test")
-    assert ds.images.shape == (2, 3, 256, 256) and ds.labels.tolist() == [1, 1]
-    assert "val" in ds.source and "centre crop" in ds.source
-    assert ds.images[:, 0].float().mean() == pytest.approx(200, abs=1)
-
-
-def test_imagefolder_missing_split_lists_dirs(tmp_path):
-    with pytest.raises(FileNotFoundError, match="train"):
-        load_dataset(str(tmp_path), "test")
-
-
 # ----------------------------------------------------------------------------------------- builtins
 
 
@@ -322,7 +253,5 @@ def test_bad_arguments_are_clear():
         load_dataset("imagenet", "train")
     with pytest.raises(ValueError, match="split"):
         load_dataset("synthetic", "validation")
-    with pytest.raises(FileNotFoundError, match="no such ImageFolder"):
-        load_dataset("/does/not/exist", "train")
     with pytest.raises(ValueError, match="fashion_mnist only"):
         load_dataset("cifar10", "train", subset="embedded")

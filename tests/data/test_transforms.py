@@ -24,10 +24,36 @@ def batch(fashion):
     return fashion.images[indices], fashion.labels[indices], indices
 
 
-def test_tensor_hash_equals_reference_splitmix64():
+# Published SplitMix64 outputs (Vigna's splitmix64.c: state += 0x9E3779B97F4A7C15, then the mix): the first
+# four of a generator seeded 0 (they seed xoshiro), and the first five of the rand_xoshiro crate's `reference`
+# test for seed 1477776061723855037. `splitmix64(x)` is the first output of a generator seeded x, so output k of
+# seed s is splitmix64(s + k * 0x9E3779B97F4A7C15 mod 2^64).
+WEYL = 0x9E3779B97F4A7C15
+PUBLISHED = {
+    0: [0xE220A8397B1DCDAF, 0x6E789E6AA1B965F4, 0x06C45D188009454F, 0xF88BB8A8724C81EC],
+    1477776061723855037: [
+        1985237415132408290,
+        2979275885539914483,
+        13511426838097143398,
+        8488337342461049707,
+        15141737807933549159,
+    ],
+}
+
+
+@pytest.mark.parametrize("seed", PUBLISHED)
+def test_splitmix64_gives_the_published_outputs(seed):
+    states = [(seed + k * WEYL) % 2**64 for k in range(len(PUBLISHED[seed]))]
+    assert [splitmix64(s) for s in states] == PUBLISHED[seed]
+    signed = [s - 2**64 if s >= 2**63 else s for s in states]  # int64 tensors hold the same 64 bits
+    got = splitmix64_tensor(torch.tensor(signed, dtype=torch.int64)).tolist()
+    assert [g % 2**64 for g in got] == PUBLISHED[seed]
+
+
+def test_tensor_hash_equals_reference_splitmix64_at_the_int64_edges():
     values = [0, 1, 2, 12345, 2**31, 2**62 + 17, 2**63 - 1, -1, -(2**63)]
     got = splitmix64_tensor(torch.tensor(values, dtype=torch.int64)).tolist()
-    assert [g & (2**64 - 1) for g in got] == [splitmix64(v & (2**64 - 1)) for v in values]
+    assert [g % 2**64 for g in got] == [splitmix64(v % 2**64) for v in values]
 
 
 def test_uniforms_are_in_unit_interval_and_spread():

@@ -18,7 +18,8 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 
 
 def environment() -> dict[str, str]:
-    env = {**os.environ, "VITKIT_EMBEDDED": "1", "OMP_NUM_THREADS": "1"}
+    # CPU only: on a machine with GPUs the ranks would otherwise each ask for cuda:LOCAL_RANK
+    env = {**os.environ, "VITKIT_EMBEDDED": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"):
         env.pop(name, None)
     return env

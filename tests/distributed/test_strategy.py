@@ -31,3 +31,22 @@ def test_without_torchrun_the_helpers_are_the_identity(monkeypatch):
         collectives.barrier()
     assert distributed.backend_for(torch.device("cpu")) == "gloo"
     assert distributed.backend_for(torch.device("cuda", 0)) == "nccl"
+
+
+def test_more_cuda_processes_than_gpus_is_a_one_line_error(monkeypatch, tmp_path, capsys):
+    import torch
+
+    from vitkit import cli
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    code = cli.main(["train", "--out", str(tmp_path / "run"), "train.device=cuda", "train.processes=2"])
+    error = capsys.readouterr().err
+    assert code == 2 and error.count("\n") == 1
+    assert "2 processes on CUDA need one GPU each, but 1 visible" in error and "train.device=cpu" in error
+    assert not (tmp_path / "run").exists()
+    # a worker started by torchrun on such a machine says the same before touching the GPU
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match="2 processes on CUDA need one GPU each, but 1 visible"):
+        distributed.local_device(torch.device("cuda"))

@@ -21,6 +21,8 @@ from vitkit.train import dcp
 
 from .conftest import STEPS, run_torchrun, torchrun, truncate
 
+pytestmark = pytest.mark.slow  # each test starts torchrun process groups
+
 CHECKPOINTS = ["--steps", str(STEPS), "--checkpoint-every", "10"]
 
 

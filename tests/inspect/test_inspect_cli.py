@@ -195,6 +195,7 @@ def test_cli_gap_model_without_position_embedding(tmp_path):
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     CHROMIUM is None, reason="headless Chromium not installed (Debian: apt-get install -y chromium)"
 )

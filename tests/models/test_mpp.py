@@ -49,6 +49,7 @@ def test_corruption_statistics_are_50_percent_and_80_10_10():
     assert not (is_mask & ~selected).any() and (corrupted[~selected] == patches[~selected]).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target", ["mean_color", "downsized", "pixels"])
 def test_a_short_run_learns(target):
     torch.manual_seed(0)

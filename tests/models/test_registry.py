@@ -37,7 +37,13 @@ def test_list_models_matches_both_styles():
     assert {"R50x1", "R50x2", "R101x1", "R152x1", "R152x2", "R200x3"} <= set(vitkit.list_models("R*x*"))
 
 
-@pytest.mark.parametrize("name", list(MODELS))
+# One variant per family in the default run (the large ResNets take about a second each even on meta).
+FAMILY_REPRESENTATIVES = ("ViT-B/16", "R50+ViT-B/16", "R50x1")
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAMILY_REPRESENTATIVES else pytest.param(n, marks=pytest.mark.slow) for n in MODELS]
+)
 def test_every_variant_builds_and_runs_on_meta(name):
     model = vitkit.create_model(name, device="meta", num_classes=7)
     size = model.config.img_size
@@ -45,7 +51,9 @@ def test_every_variant_builds_and_runs_on_meta(name):
     assert out.shape == (2, 7)
 
 
-@pytest.mark.parametrize("name", ["ViT-Ti/16", "R50+ViT-B/16", "R50x1"])
+@pytest.mark.parametrize(
+    "name", ["ViT-Ti/16", pytest.param("R50+ViT-B/16", marks=pytest.mark.slow), pytest.param("R50x1", marks=pytest.mark.slow)]
+)
 def test_small_real_forward(name):
     overrides = dict(img_size=64, num_classes=3)
     if name.startswith("R50+"):

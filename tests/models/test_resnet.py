@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from grad_checkpointing import assert_checkpointing_recomputes
 from vitkit.models.config import ResNetConfig
 from vitkit.models.resnet import ResNetV1, ResNetV2, StdConv2d, pad_same_tf
 
@@ -138,6 +139,7 @@ def from_timm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
+@pytest.mark.slow
 def test_resnet_v2_matches_timm_bit() -> None:
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)
@@ -183,18 +185,8 @@ def test_resnet_v2_interface() -> None:
         model(torch.randn(2, 1, 64, 64))
 
 
-def test_resnet_v2_grad_checkpointing_is_exact() -> None:
+def test_resnet_v2_grad_checkpointing_recomputes_stages_and_keeps_gradients() -> None:
     model = small_v2()
-    x = torch.randn(2, 3, 64, 64)
-    results = []
-    for enable in (False, True):
-        model.zero_grad()
-        model.set_grad_checkpointing(enable)
-        out = model(x)
-        out.square().sum().backward()
-        results.append((out.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}))
-    (out_plain, grads_plain), (out_ckpt, grads_ckpt) = results
-    torch.testing.assert_close(out_ckpt, out_plain)
-    assert grads_plain["conv_root.weight"].abs().max() > 0
-    for name, grad in grads_plain.items():
-        torch.testing.assert_close(grads_ckpt[name], grad, msg=lambda m, n=name: f"{n}: {m}")
+    stages = [module for name, module in model.named_children() if name.startswith("block")]
+    assert len(stages) == 2
+    assert_checkpointing_recomputes(model, torch.randn(2, 3, 64, 64), stages)

@@ -33,6 +33,7 @@ def page_faults_per_step(mode: str) -> float:
     return float(out.stdout)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
 def test_freed_blocks_are_reused_instead_of_faulted_in_again():
     pages = (48 << 20) // 4096
@@ -40,6 +41,7 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again():
     assert page_faults_per_step("keep") < pages / 100
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
 def test_the_engines_training_step_keeps_freed_memory():
     assert page_faults_per_step("engine") < (48 << 20) // 4096 / 100

@@ -35,6 +35,9 @@ def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
     assert report["test_top1"] > 0.25 and report["steps"] == 60 and report["world_size"] == 1
     for key in ("images_per_second", "wall_seconds", "test_top5", "train_data"):
         assert key in report
+    assert report["device"] == "cpu" and report["precision"] in ("bf16", "fp32") and report["precision_reason"]
+    assert set(report["step_seconds"]) == {"data", "forward_backward", "optimizer"}
+    assert f"precision {report['precision']} ({report['precision_reason']})" in printed
     for name in ("config.toml", "metrics.jsonl", "curves.png", "confusion.png", "final/model.safetensors"):
         assert (out / name).is_file(), name
     assert any((out / "tensorboard").iterdir())
@@ -54,6 +57,7 @@ def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tm
     assert (tmp_path / "cm.png").stat().st_size > 1000
 
 
+@pytest.mark.slow
 def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_head(trained, tmp_path, tiny):
     out, _ = trained
     tuned = tmp_path / "tuned"
@@ -119,10 +123,17 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
                 Image.new("L", (28, 28), color=40 * i).save(folder / f"{i}.png")
     bad = tmp_path / "images" / "train" / "a" / "broken.png"
     bad.write_bytes(b"not a png")
-    code = cli.main(["train", "--out", str(tmp_path / "run"), f"data.dataset={tmp_path / 'images'}", *tiny])
-    assert code == 2 and str(bad) in capsys.readouterr().err
+    args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=5"]  # the broken file is read
+    code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
+    error = capsys.readouterr().err
+    assert code == 2 and str(bad) in error and len(error.strip().splitlines()) == 1
+    assert cli.main(["train", "--out", str(tmp_path / "skip"), "--steps", "4", *args, "data.on_corrupt=skip"]) == 0
+    report = json.loads((tmp_path / "skip" / "report.json").read_text())
+    assert [line.split(": ")[0] for line in report["skipped_images"]] == [str(bad)] * 4  # read each step
+    assert f"skipped unreadable image {bad}" in capsys.readouterr().out + capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_an_existing_run_is_not_overwritten_and_resume_must_match(tmp_path, capsys, tiny):
     out = tmp_path / "run"
     assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny]) == 0

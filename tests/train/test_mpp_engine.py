@@ -38,6 +38,7 @@ def mpp_run(tmp_path_factory, tiny):
     return out
 
 
+@pytest.mark.slow
 def test_an_mpp_run_learns_and_reports_the_objective_and_few_shot_accuracy(mpp_run):
     out = mpp_run
     report = json.loads((out / "report.json").read_text())
@@ -51,6 +52,7 @@ def test_an_mpp_run_learns_and_reports_the_objective_and_few_shot_accuracy(mpp_r
     assert (out / "curves.png").is_file() and not (out / "confusion.png").exists()
 
 
+@pytest.mark.slow
 def test_final_is_the_bare_vit_of_the_averaged_wrapper_and_checkpoints_hold_the_wrapper(mpp_run):
     out = mpp_run
     vit = vitkit.load_weights(out)
@@ -65,6 +67,7 @@ def test_final_is_the_bare_vit_of_the_averaged_wrapper_and_checkpoints_hold_the_
     assert config_from_dict(read_config(last)) == vit.config  # the ViT's config: resume re-wraps it
 
 
+@pytest.mark.slow
 def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp_path):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}"]).validate()
@@ -81,6 +84,7 @@ def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp
     assert [r["step"] for r in read_metrics(tuned) if "fewshot_1shot" in r] == [1, 2]
 
 
+@pytest.mark.slow
 def test_weight_decay_exempts_the_mask_token_and_the_vits_exemptions(mpp_run):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}", "train.objective=mpp"]).validate()
@@ -91,6 +95,7 @@ def test_weight_decay_exempts_the_mask_token_and_the_vits_exemptions(mpp_run):
     assert not {"head.weight", "vit.blocks.0.attn.qkv.weight"} & exempt
 
 
+@pytest.mark.slow
 def test_an_mpp_resume_ends_bitwise_identical(mpp_run, tmp_path):
     reference = mpp_run
     resumed = tmp_path / "resumed"
@@ -109,6 +114,7 @@ def test_an_mpp_resume_ends_bitwise_identical(mpp_run, tmp_path):
     assert report["mpp_loss_test"] == expected["mpp_loss_test"]
 
 
+@pytest.mark.slow
 def test_train_subset_is_class_balanced_reproducible_and_sets_the_epoch(tmp_path, tiny):
     dataset = load_dataset("fashion_mnist", "train")
     subset = balanced_subset(dataset, 25, seed=3)

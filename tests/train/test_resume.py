@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from vitkit import cli
 from vitkit.storage import load_state_dict
 from vitkit.train import checkpoint as ckpt
@@ -35,6 +37,7 @@ def assert_bitwise_equal(a, b):
         assert a[name].dtype == b[name].dtype and a[name].numpy().tobytes() == b[name].numpy().tobytes(), name
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_bitwise_identical(tmp_path, tiny):
     reference, killed = tmp_path / "reference", tmp_path / "killed"
     assert cli.main(train_args(reference, tiny)) == 0  # in this process: one interpreter start-up fewer

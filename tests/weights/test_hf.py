@@ -27,6 +27,7 @@ def images(size: int = 224) -> torch.Tensor:
     return torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(2))
 
 
+@pytest.mark.slow
 def test_from_hf_vit_b16_carries_epsilon() -> None:
     source = hf_vit_b16()
     model = vitkit.from_hf(source)
@@ -42,6 +43,7 @@ def test_from_hf_vit_b16_carries_epsilon() -> None:
     torch.testing.assert_close(got, expected, **TOL)
 
 
+@pytest.mark.slow
 def test_to_hf_vit_b16_loads_strictly() -> None:
     model = randomize(vitkit.create_model("ViT-B/16", depth=2, num_classes=10))  # eps 1e-6, as the paper
     converted = vitkit.to_hf(model)
@@ -91,6 +93,7 @@ def test_to_hf_refuses_what_transformers_cannot_hold(overrides: dict, message: s
         vitkit.to_hf(model)
 
 
+@pytest.mark.slow
 def test_legacy_transformers_names_and_directories(tmp_path: Path) -> None:
     source = hf_vit_b16(image_size=64, hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6)
     x = images(64)

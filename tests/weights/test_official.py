@@ -16,6 +16,11 @@ from .conftest import DATA, max_abs, nchw, official_io
 
 CASES = ("A", "B", "C", "D")
 LAYOUTS = {"linen": "", "legacy": "_prelinen"}
+# float32 against the official float32 outputs, which are themselves within 1e-6 of a float64 forward
+# (data/official_vit/README.md). Measured here (torch 2.14.1, AMD EPYC, AVX2): logits 1.3e-6 (case B), pre-logits
+# 1.9e-6 (case D). A LayerNorm epsilon of 1e-5 moves A's logits by 3e-5, the erf GELU by 4.8e-4.
+LOGITS_ATOL = 2e-6
+PRE_LOGITS_ATOL = 3e-6
 EXPECTED_CONFIG = {
     "A": dict(
         classifier="token", representation_size=None, resnet_layers=None, patch_size=(8, 8), img_size=(32, 32)
@@ -57,8 +62,15 @@ def run_case(model: torch.nn.Module, io: dict[str, np.ndarray]) -> dict[str, flo
     return errors
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize(
+    ("case", "layout"),
+    [
+        # the hybrid (D) takes seconds: its legacy layout, the same values under other names, runs with the slow tests
+        pytest.param(case, layout, marks=[pytest.mark.slow] if (case, layout) == ("D", "legacy") else [])
+        for case in CASES
+        for layout in LAYOUTS
+    ],
+)
 def test_official_case_reproduces_logits(case: str, layout: str) -> None:
     model = vitkit.load_weights(DATA / f"{case}_params{LAYOUTS[layout]}.npz")
     cfg = model.config
@@ -68,7 +80,7 @@ def test_official_case_reproduces_logits(case: str, layout: str) -> None:
         assert getattr(cfg, key) == value, key
     errors = run_case(model, official_io(case))
     print(f"\n{case} {layout}: " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items()))
-    assert errors["logits"] <= 1e-5 and errors["pre_logits"] <= 1e-5
+    assert errors["logits"] <= LOGITS_ATOL and errors["pre_logits"] <= PRE_LOGITS_ATOL
     assert errors["encoded"] <= 1e-4 and errors["embedding"] <= 1e-4
 
 
@@ -82,7 +94,7 @@ def test_resize_to_48_matches_official_interpolation(layout: str) -> None:
         f"\nA_resize48 {layout}: posemb {posemb:.2e}, " + ", ".join(f"{k} {v:.2e}" for k, v in errors.items())
     )
     assert posemb <= 1e-6
-    assert errors["logits"] <= 1e-5 and errors["encoded"] <= 1e-4
+    assert errors["logits"] <= LOGITS_ATOL and errors["encoded"] <= 1e-4
 
 
 def test_non_square_resize_uses_the_source_grid() -> None:
@@ -129,7 +141,7 @@ def test_big_vision_layout(case: str, scan: bool, tmp_path: Path) -> None:
     model = vitkit.load_weights(path)
     errors = run_case(model, official_io(case))
     print(f"\n{case} big_vision {'scan' if scan else 'per-layer'}: logits {errors['logits']:.2e}")
-    assert errors["logits"] <= 1e-5 and errors["encoded"] <= 1e-4
+    assert errors["logits"] <= LOGITS_ATOL and errors["encoded"] <= 1e-4
 
 
 def test_big_vision_sincos_needs_img_size(tmp_path: Path) -> None:

@@ -119,6 +119,7 @@ def test_non_square_state_dict_needs_its_training_size(tmp_path: Path) -> None:
     assert torch.equal(taller.pos_embed.weight.detach(), expected)
 
 
+@pytest.mark.slow
 def test_import_stays_light() -> None:
     import subprocess
     import sys

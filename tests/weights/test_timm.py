@@ -41,15 +41,30 @@ def vitkit_model(key: str) -> torch.nn.Module:
     return vitkit.create_model(name, depth=2, num_classes=10, img_size=size, **overrides)
 
 
+# ViT-B/16 at 224 and the hybrid's ResNet take seconds each: the default run covers the GAP model only.
+KEYS = ["gap", pytest.param("vit_b16", marks=pytest.mark.slow), pytest.param("r50_hybrid", marks=pytest.mark.slow)]
+
+
+class Built(dict):
+    """Random models built on first use and kept for the module, so a run builds only the ones it tests."""
+
+    def __init__(self, build) -> None:
+        super().__init__()
+        self.build = build
+
+    def __missing__(self, key: str) -> torch.nn.Module:
+        self[key] = model = randomize(self.build(key))
+        return model
+
+
 @pytest.fixture(scope="module")
 def timm_models() -> dict[str, torch.nn.Module]:
-    """Random timm models, built once per module (the hybrid's ResNet dominates the test time)."""
-    return {key: randomize(timm_model(key)) for key in MODELS}
+    return Built(timm_model)
 
 
 @pytest.fixture(scope="module")
 def vitkit_models() -> dict[str, torch.nn.Module]:
-    return {key: randomize(vitkit_model(key)) for key in MODELS}
+    return Built(vitkit_model)
 
 
 def inputs(key: str) -> torch.Tensor:
@@ -57,7 +72,7 @@ def inputs(key: str) -> torch.Tensor:
     return torch.randn(2, 3, size, size, generator=torch.Generator().manual_seed(1))
 
 
-@pytest.mark.parametrize("key", MODELS)
+@pytest.mark.parametrize("key", KEYS)
 def test_from_timm(key: str, timm_models: dict[str, torch.nn.Module]) -> None:
     source = timm_models[key]
     model = vitkit.from_timm(source)
@@ -69,7 +84,7 @@ def test_from_timm(key: str, timm_models: dict[str, torch.nn.Module]) -> None:
     assert model.config.num_heads == 12 and model.config.activation == "gelu"
 
 
-@pytest.mark.parametrize("key", MODELS)
+@pytest.mark.parametrize("key", KEYS)
 def test_to_timm_loads_strictly_into_stock_timm(key: str, vitkit_models: dict[str, torch.nn.Module]) -> None:
     model = vitkit_models[key]
     converted = vitkit.to_timm(model)
@@ -120,7 +135,8 @@ def test_unrepresentable_timm_models_are_refused(kwargs: dict, message: str) -> 
 
 
 @pytest.mark.parametrize(
-    ("key", "suffix"), [("gap", ".pth"), ("gap", ".safetensors"), ("r50_hybrid", ".safetensors")]
+    ("key", "suffix"),
+    [("gap", ".pth"), ("gap", ".safetensors"), pytest.param("r50_hybrid", ".safetensors", marks=pytest.mark.slow)],
 )
 def test_timm_state_dict_files(
     key: str, suffix: str, tmp_path: Path, timm_models: dict[str, torch.nn.Module]

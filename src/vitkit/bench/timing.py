@@ -102,23 +102,41 @@ def alternate(
     return results
 
 
-def paired_ratio(results: dict[str, Result], name: str, reference: str) -> float:
-    """Speed of `name` relative to `reference` (> 1: faster): the median over rounds of t_reference / t_name,
-    per image when the candidates process different numbers of images per call."""
+def per_round_ratios(results: dict[str, Result], name: str, reference: str) -> list[float]:
+    """Speed of `name` relative to `reference` (> 1: faster) in each round: t_reference / t_name, per image when
+    the candidates process different numbers of images per call."""
     a, b = results[name], results[reference]
-    ratios = [
-        (tb / max(b.images, 1)) / (ta / max(a.images, 1)) for ta, tb in zip(a.samples, b.samples, strict=True)
-    ]
-    return statistics.median(ratios)
+    return [(tb / max(b.images, 1)) / (ta / max(a.images, 1)) for ta, tb in zip(a.samples, b.samples, strict=True)]
+
+
+def paired_ratio(results: dict[str, Result], name: str, reference: str) -> float:
+    """The median over rounds of the per-round speed ratio of `name` to `reference` (drift cancels)."""
+    return statistics.median(per_round_ratios(results, name, reference))
 
 
 def ratio_range(results: dict[str, Result], name: str, reference: str) -> tuple[float, float]:
     """(min, max) of the per-round ratios: how far one round can be from the median ratio."""
-    a, b = results[name], results[reference]
-    ratios = [
-        (tb / max(b.images, 1)) / (ta / max(a.images, 1)) for ta, tb in zip(a.samples, b.samples, strict=True)
-    ]
+    ratios = per_round_ratios(results, name, reference)
     return min(ratios), max(ratios)
+
+
+def mfu(results: dict[str, Result], name: str, ceiling: str = "gemm") -> float:
+    """Median over rounds of (GFLOP/s of `name`) / (GFLOP/s of the `ceiling` GEMM in the same round)."""
+    model, gemm = results[name], results[ceiling]
+    return statistics.median(
+        (model.flops / tm) / (gemm.flops / tg) for tm, tg in zip(model.samples, gemm.samples, strict=True)
+    )
+
+
+def round_logger(
+    log: Callable[[str], None] | None, rounds: int, digits: int = 3
+) -> Callable[[int, dict[str, float]], None] | None:
+    """An `on_round` for `alternate` that logs each round's seconds per candidate (None without a log)."""
+    if log is None:
+        return None
+    return lambda r, timed: log(
+        f"round {r + 1}/{rounds}: " + ", ".join(f"{k} {v:.{digits}f}s" for k, v in timed.items())
+    )
 
 
 def gemm_candidate(n: int = 2048, calls: int = 3) -> tuple[Callable[[], object], float]:
@@ -134,10 +152,3 @@ def gemm_candidate(n: int = 2048, calls: int = 3) -> tuple[Callable[[], object],
 
     return run, 2.0 * n**3 * calls
 
-
-def measure_gemm_ceiling(n: int = 2048, rounds: int = 5) -> Result:
-    """GFLOP/s of torch.mm on its own (median over rounds); `bench` normally measures it alternated instead."""
-    fn, flops = gemm_candidate(n)
-    result = alternate({"gemm": fn}, rounds=rounds)["gemm"]
-    result.flops = flops
-    return result

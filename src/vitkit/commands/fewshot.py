@@ -12,6 +12,7 @@ import torch
 from vitkit import load_weights
 from vitkit.data import load_dataset
 from vitkit.evaluate.fewshot import FewShotEvaluator
+from vitkit.precision import add_precision_argument, inference_precision
 
 HELP = "few-shot linear evaluation (closed-form ridge on frozen pre-logits features), mean/std over seeds"
 
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-test", type=_positive, default=None, help="cap on test images (fixed subset)")
     parser.add_argument("--batch-size", type=_positive, default=256, help="feature-extraction batch size")
     parser.add_argument("--device", default="cpu", help="torch device for feature extraction")
+    add_precision_argument(parser, what="feature extraction in ")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")
 
 
@@ -68,9 +70,10 @@ def run(args: argparse.Namespace) -> int:
     model.to(torch.device(args.device))
     train = load_dataset(args.data, "train", data_dir=args.data_dir)
     test = load_dataset(args.data, "test", data_dir=args.data_dir)
+    precision = inference_precision(args.precision, model, args.batch_size)
     evaluator = FewShotEvaluator(
         train, test, shots=args.shots, seeds=args.seeds, l2=args.l2, num_test=args.num_test,
-        batch_size=args.batch_size,
+        batch_size=args.batch_size, autocast_dtype=precision.autocast_dtype,
     )
     start = time.perf_counter()
     report = evaluator.evaluate(model)
@@ -84,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
         "total_seconds": total,
     }
 
+    report.update(precision.record())
     print(f"train: {train.source}")
+    print(f"device {precision.device}, precision {precision}")
     print(f"test:  {test.source} ({report['num_test']} images used)")
     print(
         f"features: dim {report['feature_dim']}, {report['num_train_images']} train + "

@@ -15,6 +15,7 @@ from vitkit.inspect.figures import write_figures
 from vitkit.inspect.images import preprocess, read_images
 from vitkit.inspect.probe import inspect_model, summary_json
 from vitkit.inspect.report import write_report
+from vitkit.precision import add_precision_argument, inference_precision
 from vitkit.weights import load_weights
 
 HELP = "draw the paper's figures (§4.5, D.7, D.8) for a model: filters, position embeddings, attention"
@@ -56,6 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attention distance: drop the class token and renormalise over patches (default), or count it as 0",
     )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    add_precision_argument(parser)
     add_max_pixels_argument(parser)
     parser.add_argument(
         "--allow-non-finite", action="store_true", help="inspect weights holding NaN or inf (refused by default)"
@@ -82,13 +84,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("no readable image among --images " + " ".join(args.images))
     images = preprocess(decoded, cfg.img_size, cfg.in_chans)
 
-    result = inspect_model(
-        model,
-        images,
-        batch_size=args.batch_size,
-        rollout_images=args.rollout_images,
-        prefix_keys=args.prefix_keys,
-    )
+    precision = inference_precision(args.precision, model, args.batch_size or 16)
+    print(f"device {precision.device}, precision {precision}")
+    with precision.autocast():
+        result = inspect_model(
+            model,
+            images,
+            batch_size=args.batch_size,
+            rollout_images=args.rollout_images,
+            prefix_keys=args.prefix_keys,
+        )
     result["rollout_names"] = [Path(n).name for n in names]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,8 @@ import torch
 
 from vitkit.data.decode import ImageDecodeError, add_max_pixels_argument, decode_image, find_images
 from vitkit.data.transforms import eval_transform
+from vitkit.device import resolve_device
+from vitkit.precision import add_precision_argument, inference_precision
 from vitkit.weights import load_weights
 
 HELP = "classify images (resize to the model size, pixels to [-1, 1]) and print the top-k classes"
@@ -27,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--format", choices=("npz", "vitkit", "timm", "hf"), help="weights format if not evident"
     )
     parser.add_argument("--labels", help="text file with one class name per line, in class-index order")
+    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
+    add_precision_argument(parser)
     parser.add_argument("--topk", type=int, default=5, help="classes to show per image (default 5)")
     add_max_pixels_argument(parser)
 
@@ -44,12 +48,14 @@ def read_labels(path: str | None, num_classes: int) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
-    model = load_weights(args.weights, format=args.format)
+    model = load_weights(args.weights, format=args.format).to(resolve_device(args.device)).eval()
     config = model.config
     if not config.num_classes:
         raise ValueError(f"{args.weights}: the model has no classification head (num_classes=0)")
     labels = read_labels(args.labels, config.num_classes)
     k = min(args.topk, config.num_classes)
+    precision = inference_precision(args.precision, model, 1)
+    print(f"device {precision.device}, precision {precision}", file=sys.stderr)
     files, skipped = find_images(args.images)
     for item in skipped:
         print(f"vitkit predict: skipping {item['path']}: {item['reason']}", file=sys.stderr)
@@ -60,8 +66,9 @@ def run(args: argparse.Namespace) -> int:
         except ImageDecodeError as error:
             print(f"vitkit predict: skipping {error}", file=sys.stderr)
             continue
-        with torch.no_grad():
-            probs = model(eval_transform(pixels[None], config.img_size, config.in_chans)).softmax(-1)[0]
+        with torch.no_grad(), precision.autocast():
+            x = eval_transform(pixels[None].to(precision.device), config.img_size, config.in_chans)
+            probs = model(x).float().softmax(-1)[0]
         top = probs.topk(k)
         print(path)
         print(f"  {'rank':>4}  {'prob':>7}  class")

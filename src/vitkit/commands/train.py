@@ -10,9 +10,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from vitkit.device import resolve_device
+from vitkit.precision import add_precision_argument
 from vitkit.train import train
-from vitkit.train.distributed import launch_processes, launched_world_size
-from vitkit.train.recipe import RECIPE_NAME, RunConfig, apply_overrides, load_config, set_value
+from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
+from vitkit.train.recipe import (
+    RECIPE_NAME,
+    RESUME_MAY_CHANGE,
+    RunConfig,
+    apply_overrides,
+    load_config,
+    set_value,
+)
 from vitkit.train.report import format_metrics
 
 HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
@@ -26,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, help="shorthand for train.seed=S")
     parser.add_argument("--checkpoint-every", type=int, help="shorthand for train.checkpoint_every=N")
     parser.add_argument("--data-dir", help="shorthand for data.data_dir=DIR")
+    add_precision_argument(parser, default=None, what="shorthand for train.precision=P: ")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     parser.add_argument("overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0")
 
@@ -45,6 +55,7 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     else:
         config = resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
     if config.train.processes > 1 and launched_world_size() == 1:
+        check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
         argv = args.argv if args.out else [*args.argv, "--out", str(out)]  # every process names the same run
         return launch_processes(config.train.processes, config.train.threads, argv)
     report = train(config, out, resume=args.resume)  # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli
@@ -67,24 +78,33 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
 
 def check_resume(out: Path, args: argparse.Namespace, base: Any, fixed: dict[str, Any]) -> Any:
     """The saved recipe of the run. What the command line gives (a --config, flags, overrides) must agree with
-    it, so a resume stays exact; the error names each field that differs, with both values."""
+    it, so a resume stays exact, except in the keys that decide how data is read, not what is computed
+    (RESUME_MAY_CHANGE: data.workers, data.prefetch); the error names each differing field with both values."""
     saved_path = out / RECIPE_NAME
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
     saved = load_config(saved_path).validate()
     given = resolve_config(args, load_config(args.config, base) if args.config else load_config(saved_path), fixed)
     old, new = saved.to_dict(), given.to_dict()
-    changed = [
-        f"{section}.{key} is {old[section].get(key)!r} in the run, {new[section].get(key)!r} on the command line"
+    changed = {
+        f"{section}.{key}": (old[section].get(key), new[section].get(key))
         for section in new
         for key in sorted({**old[section], **new[section]})
         if old[section].get(key) != new[section].get(key)
+    }
+    differs = [
+        f"{key} is {saved_value!r} in the run, {given_value!r} on the command line"
+        for key, (saved_value, given_value) in changed.items()
+        if key not in RESUME_MAY_CHANGE
     ]
-    if changed:
+    if differs:
         raise ValueError(
-            f"--resume: the recipe differs from the saved {saved_path}: {'; '.join(changed)} "
+            f"--resume: the recipe differs from the saved {saved_path}: {'; '.join(differs)} "
             f"(a resume continues the saved recipe: drop the change, or start a new run with another --out)"
         )
+    for key in changed:
+        section, _, name = key.partition(".")
+        set_value(saved, key, getattr(getattr(given, section), name))
     return saved
 
 
@@ -94,5 +114,6 @@ def _flags(args: argparse.Namespace) -> dict[str, Any]:
         "train.seed": args.seed,
         "train.checkpoint_every": args.checkpoint_every,
         "data.data_dir": args.data_dir,
+        "train.precision": args.precision,
     }
     return {key: value for key, value in flags.items() if value is not None}

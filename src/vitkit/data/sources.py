@@ -1,4 +1,4 @@
-"""Datasets decoded once into uint8 tensors: Fashion-MNIST (full or embedded), CIFAR, ImageFolder.
+"""Datasets decoded once into uint8 tensors: Fashion-MNIST (full or embedded), CIFAR, synthetic, digits.
 
 Every loader returns an ImageDataset whose `source` says exactly which data is in use, so a run's
 log can never silently mix up the full Fashion-MNIST with the subset shipped inside vitkit.
@@ -12,25 +12,19 @@ import socket
 import struct
 import urllib.error
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps
 from torchvision.datasets import FashionMNIST
-from torchvision.datasets.folder import IMG_EXTENSIONS, find_classes, make_dataset
 from torchvision.datasets.utils import download_url
-
-from vitkit.data.decode import ImageDecodeError, decode_image, image_size
 
 SPLITS = ("train", "test")
 SUBSETS = ("auto", "full", "embedded")
 EMBEDDED_DIR = Path(__file__).parent / "embedded"
 SYSTEM_FASHION_DIR = Path("/usr/share/datasets/fashion-mnist")
-# ImageFolder images of mixed sizes: shorter side resized to this, centre-cropped to a square.
-DECODE_SIZE = 256
 
 FASHION_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
@@ -91,6 +85,8 @@ class ImageDataset:
     labels: torch.Tensor  # int64 [N]
     classes: list[str]
     source: str
+    skipped: list[str] = field(default_factory=list)  # images left out when loading ("path: reason")
+    reader = "in memory (uint8 tensor)"
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.ndim != 4:
@@ -106,20 +102,24 @@ class ImageDataset:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def read(self, index: int) -> torch.Tensor:
+        """Sample `index` as uint8 [C, H, W], as a lazy source reads one."""
+        return self.images[index]
 
-def load_dataset(
-    name: str, split: str, data_dir: str | None = None, *, on_corrupt: str = "stop", subset: str = "auto"
-) -> ImageDataset:
-    """One split of a named dataset or of an ImageFolder root (root/train, root/test or root/val).
+    def select(self, indices: torch.Tensor, source: str) -> ImageDataset:
+        """The samples `indices` (in that order) as a dataset of their own, described by `source`."""
+        return ImageDataset(self.images[indices], self.labels[indices], self.classes, source)
+
+
+def load_dataset(name: str, split: str, data_dir: str | None = None, *, subset: str = "auto") -> ImageDataset:
+    """One split of a named dataset, whole in memory (image collections: vitkit.data.open_source).
 
     subset (Fashion-MNIST only): 'auto' uses the full set when found or downloadable and the
     embedded subset otherwise (VITKIT_EMBEDDED=1 forces the subset), 'full' or 'embedded' insist.
-    on_corrupt ('stop' | 'skip') applies to ImageFolder images; corrupt IDX/CIFAR files always raise.
+    Corrupt IDX/CIFAR files always raise: a dataset of known size has no image to skip.
     """
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if on_corrupt not in ("stop", "skip"):
-        raise ValueError(f"on_corrupt must be 'stop' or 'skip', got {on_corrupt!r}")
     if subset not in SUBSETS:
         raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
     if subset != "auto" and name != "fashion_mnist":
@@ -132,11 +132,7 @@ def load_dataset(
         return make_synthetic(split)
     if name == "digits":
         return load_digits(split)
-    if Path(name).expanduser().is_dir():
-        return load_image_folder(name, split, on_corrupt=on_corrupt)
-    if os.sep in name or "/" in name:
-        raise FileNotFoundError(f"{name}: no such ImageFolder directory (expected {name}/train, {name}/test)")
-    raise ValueError(f"unknown dataset {name!r}: expected one of {NAMES} or an ImageFolder directory")
+    raise ValueError(f"unknown dataset {name!r}: expected one of {NAMES} (folders: vitkit.data.open_source)")
 
 
 # ---------------------------------------------------------------------------------------------- IDX
@@ -333,76 +329,6 @@ def load_cifar(name: str, split: str, data_dir: str | Path | None = None) -> Ima
         f"{', '.join(str(p) for p in places)}. Download {layout.url}, extract it into one of these "
         f"(or into DIR and pass --data-dir DIR / set VITKIT_DATA)"
     )
-
-
-# -------------------------------------------------------------------------------------- ImageFolder
-
-
-def _corrupt(error: ImageDecodeError, on_corrupt: str) -> None:
-    """Report an unusable image (the error names it): raise ('stop') or warn and go on ('skip')."""
-    if on_corrupt == "stop":
-        raise ImageDecodeError(f"{error}; pass on_corrupt='skip' to skip such images") from None
-    warnings.warn(f"skipping image {error}", stacklevel=3)
-
-
-def load_image_folder(
-    root: str | Path,
-    split: str,
-    *,
-    on_corrupt: str = "stop",
-    decode_size: int = DECODE_SIZE,
-    max_pixels: int | None = None,
-) -> ImageDataset:
-    """root/<split>/<class>/*.png|jpg... decoded once (vitkit.data.decode's rule) to uint8 RGB; classes from
-    root/train.
-
-    Images keep their size when all share one; otherwise the shorter side is resized to
-    decode_size and the centre decode_size x decode_size square kept (like resize_small + crop).
-    """
-    root = Path(root).expanduser()
-    split_dirs = [root / "train"] if split == "train" else [root / "test", root / "val"]
-    split_dir = next((d for d in split_dirs if d.is_dir()), None)
-    if split_dir is None or not (root / "train").is_dir():
-        wanted = sorted({str(d) for d in [*split_dirs, root / "train"]})
-        raise FileNotFoundError(
-            f"ImageFolder {split} needs the directories {', '.join(wanted)} (one folder per class)"
-        )
-    classes, class_to_idx = find_classes(str(root / "train"))
-    samples = make_dataset(
-        str(split_dir), class_to_idx, extensions=IMG_EXTENSIONS, allow_empty=split != "train"
-    )
-    if not samples:
-        raise FileNotFoundError(f"{split_dir}: no images with extensions {IMG_EXTENSIONS}")
-
-    sizes = {}
-    for path, _ in samples:
-        try:
-            sizes[path] = image_size(path, max_pixels=max_pixels)
-        except ImageDecodeError as error:
-            _corrupt(error, on_corrupt)
-    kept = [(path, label) for path, label in samples if path in sizes]
-    fixed = len(set(sizes.values())) == 1
-    width, height = next(iter(sizes.values())) if fixed else (decode_size, decode_size)
-
-    images = np.empty((len(kept), height, width, 3), dtype=np.uint8)
-    labels = []
-    for path, label in kept:
-        try:
-            rgb = decode_image(path, max_pixels=max_pixels).permute(1, 2, 0).numpy()
-        except ImageDecodeError as error:
-            _corrupt(error, on_corrupt)
-            continue
-        if not fixed:
-            fitted = ImageOps.fit(Image.fromarray(rgb), (width, height), method=Image.Resampling.BILINEAR)
-            rgb = np.asarray(fitted)
-        images[len(labels)] = rgb
-        labels.append(label)
-    if not labels:
-        raise ValueError(f"{split_dir}: every image failed to decode")
-    tensor = torch.from_numpy(images[: len(labels)]).permute(0, 3, 1, 2).contiguous()
-    how = "native size" if fixed else f"shorter side {decode_size}, centre crop"
-    source = f"ImageFolder {split_dir} ({len(labels)} images, {width}x{height} {how})"
-    return ImageDataset(tensor, torch.tensor(labels, dtype=torch.int64), classes, source)
 
 
 # ------------------------------------------------------------------------------------ small builtins

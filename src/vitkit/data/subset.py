@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import torch
 
+from .lazy import LazySource
+from .shards import ShardSource
 from .sources import ImageDataset
 
 
-def balanced_indices(dataset: ImageDataset, size: int, seed: int, what: str) -> torch.Tensor:
+def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, what: str) -> torch.Tensor:
     """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more
     for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
     errors."""
+    if isinstance(dataset, ShardSource):
+        raise ValueError(f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.source} is a stream")
     num_classes = len(dataset.classes)
     if not num_classes <= size <= len(dataset):
         raise ValueError(
@@ -32,25 +36,21 @@ def balanced_indices(dataset: ImageDataset, size: int, seed: int, what: str) -> 
     return torch.cat(chosen).sort().values
 
 
-def balanced_subset(dataset: ImageDataset, size: int, seed: int = 0) -> ImageDataset:
+def balanced_subset(dataset: ImageDataset | LazySource, size: int, seed: int = 0) -> ImageDataset | LazySource:
     """A class-balanced subset of `size` images (`balanced_indices`), in their order in `dataset`."""
     indices = balanced_indices(dataset, size, seed, "data.train_subset")
     source = f"{dataset.source}; class-balanced subset of {size} images (seed {seed})"
-    return ImageDataset(dataset.images[indices], dataset.labels[indices], dataset.classes, source)
+    return dataset.select(indices, source)
 
 
-def hold_out(dataset: ImageDataset, size: int, seed: int = 0) -> tuple[ImageDataset, ImageDataset]:
+def hold_out(
+    dataset: ImageDataset | LazySource, size: int, seed: int = 0
+) -> tuple[ImageDataset | LazySource, ImageDataset | LazySource]:
     """(the rest, a class-balanced validation split of `size` images): disjoint, together `dataset`, so a
     recipe can be chosen on images it never trains on while the test set stays for the final report."""
     held = balanced_indices(dataset, size, seed, "data.val_split")
     keep = torch.ones(len(dataset), dtype=torch.bool)
     keep[held] = False
-    rest = ImageDataset(
-        dataset.images[keep], dataset.labels[keep], dataset.classes,
-        f"{dataset.source}; {size} images held out for validation (seed {seed})",
-    )
-    validation = ImageDataset(
-        dataset.images[held], dataset.labels[held], dataset.classes,
-        f"validation split of {size} images (seed {seed}) held out of {dataset.source}",
-    )
+    rest = dataset.select(keep.nonzero().flatten(), f"{dataset.source}; {size} images held out for validation (seed {seed})")
+    validation = dataset.select(held, f"validation split of {size} images (seed {seed}) held out of {dataset.source}")
     return rest, validation

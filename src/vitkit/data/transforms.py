@@ -105,13 +105,29 @@ def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
 
 
+def resize_centre_crop(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """Resize keeping the aspect ratio until the image covers `size`, then keep the centre `size` window.
+
+    On images with the aspect ratio of `size` (the square images of in-memory datasets) this is a plain resize.
+    """
+    out_h, out_w = size
+    height, width = x.shape[-2:]
+    if height * out_w == width * out_h:
+        return _resize(x, size)
+    scale = max(out_h / height, out_w / width)
+    covered = (max(out_h, round(height * scale)), max(out_w, round(width * scale)))
+    x = _resize(x, covered)
+    top, left = (covered[0] - out_h) // 2, (covered[1] - out_w) // 2
+    return x[..., top : top + out_h, left : left + out_w]
+
+
 def eval_transform(
     images: torch.Tensor, img_size: int | tuple[int, int], in_chans: int | None = None
 ) -> torch.Tensor:
-    """The paper's evaluation preprocessing: resize to the model size, values to [-1, 1]."""
+    """The paper's evaluation preprocessing: resize (and centre crop other aspect ratios) to the model size,
+    values to [-1, 1]. Any batch size, including one image, gives the same pixels."""
     _check_uint8(images)
-    size = to_pair(img_size)
-    x = _resize(images.float(), size)
+    x = resize_centre_crop(images.float(), to_pair(img_size))
     return adapt_channels(x / 127.5 - 1.0, in_chans)
 
 
@@ -164,6 +180,10 @@ class TrainTransform:
     a Python loop, so slower), values to [-1, 1], and optional MixUp / CutMix (one draw per
     batch from torch's RNG seeded with (seed, epoch, first index of the batch): reproducible
     for the same batch composition, i.e. the same world size, unlike the per-sample draws).
+
+    `augment` is the per-sample part: one image or a batch of same-size images give the same pixels, so
+    DataLoader workers apply it image by image to files of any size and the engine to in-memory batches.
+    `mix` is the batch part, applied to the assembled batch.
     """
 
     def __init__(
@@ -208,11 +228,17 @@ class TrainTransform:
         self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, epoch: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 [B, C, H, W] -> float32 [B, in_chans, h, w] in [-1, 1], labels (soft with mix)."""
+        if labels.shape[0] != images.shape[0]:
+            raise ValueError(f"images and labels must share the batch size, got {images.shape[0]}, {labels.shape[0]}")
+        return self.mix_batch(self.augment(images, indices, epoch), labels, indices, epoch)
+
+    def augment(self, images: torch.Tensor, indices: torch.Tensor, epoch: int) -> torch.Tensor:
+        """The per-sample part: uint8 [B, C, H, W] -> float32 [B, in_chans, h, w] in [-1, 1], keyed by
+        (seed, epoch, index) of each sample."""
         _check_uint8(images)
-        if not (labels.shape[0] == indices.shape[0] == images.shape[0]):
+        if indices.shape[0] != images.shape[0]:
             raise ValueError(
-                f"images, labels and indices must share the batch size, got "
-                f"{images.shape[0]}, {labels.shape[0]}, {indices.shape[0]}"
+                f"images and indices must share the batch size, got {images.shape[0]}, {indices.shape[0]}"
             )
         keys = sample_keys(indices.to(images.device), self.seed, epoch)
         u = uniforms(keys, NUM_STREAMS)
@@ -222,12 +248,17 @@ class TrainTransform:
         x = adapt_channels(x, self.in_chans)
         if self.randaugment is not None:
             x = self._randaugment(x, keys)
-        x = x / 127.5 - 1.0
-        if self.mix is not None:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(key(self.seed, epoch, int(indices[0])) >> 1)
-                x, labels = self.mix(x, labels)
-        return x, labels
+        return x / 127.5 - 1.0
+
+    def mix_batch(
+        self, x: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, epoch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The batch part: MixUp / CutMix (if on) seeded with (seed, epoch, first index of the batch)."""
+        if self.mix is None or len(indices) == 0:
+            return x, labels
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(key(self.seed, epoch, int(indices[0])) >> 1)
+            return self.mix(x, labels)
 
     def _crop(self, images: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """Float [0, 255] crops at img_size, the whole batch in one call."""
@@ -235,15 +266,15 @@ class TrainTransform:
         out_h, out_w = self.img_size
         b, _, height, width = x.shape
         if self.crop == "none":
-            return _resize(x, self.img_size)
+            return resize_centre_crop(x, self.img_size)
         if self.crop in ("resize_crop", "pad_crop"):
             big_h, big_w = round(out_h * RESIZE_CROP_RATIO), round(out_w * RESIZE_CROP_RATIO)
             if self.crop == "resize_crop":
-                x = _resize(x, (big_h, big_w))
+                x = resize_centre_crop(x, (big_h, big_w))
             else:
                 top_pad, left_pad = (big_h - out_h) // 2, (big_w - out_w) // 2
                 pads = (left_pad, big_w - out_w - left_pad, top_pad, big_h - out_h - top_pad)
-                x = torch.nn.functional.pad(_resize(x, self.img_size), pads)
+                x = torch.nn.functional.pad(resize_centre_crop(x, self.img_size), pads)
             top = torch.floor(u[:, TOP] * (big_h - out_h + 1)).long()
             left = torch.floor(u[:, LEFT] * (big_w - out_w + 1)).long()
             rows = (top[:, None] + torch.arange(out_h, device=x.device))[:, None, :, None]

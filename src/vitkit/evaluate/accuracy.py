@@ -1,4 +1,4 @@
-"""Top-1 / top-5 accuracy, mean loss and the confusion matrix of a classifier on an in-memory split."""
+"""Top-1 / top-5 accuracy, mean loss and the confusion matrix of a classifier on a split of any source."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.data import ImageDataset, eval_transform
+from vitkit.data import Source, eval_batches
 from vitkit.collectives import all_reduce_sum, world
 
 
@@ -31,13 +31,15 @@ class Accuracy:
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
-    dataset: ImageDataset,
+    dataset: Source,
     *,
     batch_size: int = 500,
     device: torch.device | str | None = None,
     autocast_dtype: torch.dtype | None = None,
 ) -> Accuracy:
-    """Evaluate with the paper's preprocessing (resize, [-1, 1]); each rank takes a slice, counts are summed."""
+    """Evaluate with the paper's preprocessing (resize, [-1, 1]); each rank takes a slice, counts are summed.
+
+    Images a lazy source skips as unreadable (data.on_corrupt='skip') are left out of the counts."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     num_classes = len(dataset.classes)
     model_classes = model.config.num_classes
@@ -58,9 +60,8 @@ def evaluate(
         chunks = list(indices.split(batch_size))
         # The same number of forward calls on every rank (FSDP gathers weights in each); the extra ones are empty.
         chunks += [indices[:0]] * (math.ceil(math.ceil(len(dataset) / world_size) / batch_size) - len(chunks))
-        for chunk in chunks:
-            x = eval_transform(dataset.images[chunk].to(device), img_size, in_chans)
-            y = dataset.labels[chunk].to(device)
+        for batch in eval_batches(dataset, chunks, img_size, in_chans, device):
+            x, y = batch.images, batch.labels
             with autocast:
                 logits = model(x).float()
             sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
@@ -72,7 +73,7 @@ def evaluate(
         model.train(was_training)
     all_reduce_sum(confusion)
     all_reduce_sum(sums)
-    count = len(dataset)
+    count = int(confusion.sum())
     return Accuracy(
         top1=confusion.diagonal().sum().item() / count,
         top5=sums[1].item() / count,

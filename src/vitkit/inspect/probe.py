@@ -62,7 +62,7 @@ def inspect_model(
     masks = []
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size].to(device)
-        maps = attention_maps(model, batch)
+        maps = [a.float() for a in attention_maps(model, batch)]  # float32 also under bf16 autocast
         dist = torch.stack([attention_distance(a, grid, stride, prefix, prefix_keys).sum(0) for a in maps])
         total = dist if total is None else total + dist
         if start < rollout_images:

@@ -87,8 +87,19 @@ def backend_for(device: torch.device) -> str:
 def local_device(device: torch.device) -> torch.device:
     """This process's device: cuda:LOCAL_RANK for CUDA under torchrun (one GPU per process), else `device`."""
     if device.type == "cuda" and device.index is None and launched_world_size() > 1:
+        check_gpus_per_process(device, int(os.environ.get("LOCAL_WORLD_SIZE", launched_world_size())))
         return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     return device
+
+
+def check_gpus_per_process(device: torch.device, processes: int) -> None:
+    """Each of `processes` local CUDA processes needs a GPU of its own: fewer is a one-line error (not CUDA's
+    'invalid device ordinal' from deep inside torch)."""
+    if device.type == "cuda" and device.index is None and processes > torch.cuda.device_count():
+        raise ValueError(
+            f"{processes} processes on CUDA need one GPU each, but {torch.cuda.device_count()} visible; start at "
+            "most that many processes per machine (train.processes, torchrun --nproc_per_node) or use train.device=cpu"
+        )
 
 
 @contextlib.contextmanager

@@ -9,8 +9,9 @@ resumed run ends bitwise identical to an uninterrupted one on the same machine a
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hashlib
+import json
 import math
 import os
 import time
@@ -22,13 +23,15 @@ from torch import nn
 
 from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
+    Batch,
     ImageDataset,
+    ShardSource,
+    Source,
+    TrainBatches,
     TrainTransform,
     balanced_subset,
-    global_batch_indices,
     hold_out,
-    load_dataset,
-    shard,
+    open_source,
     steps_per_epoch,
 )
 from vitkit.device import resolve_device
@@ -39,7 +42,7 @@ from vitkit.models.config import config_from_dict
 from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
-from vitkit.precision import mixed_precision
+from vitkit.precision import Precision, autocast, choose_precision, model_signature
 from vitkit.storage import FINAL_DIR, DiskFull, atomic_write_text, is_disk_full, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
@@ -108,7 +111,6 @@ def _train(
     device = local_device(resolve_device(t.device))
     if t.threads:
         torch.set_num_threads(t.threads)
-    autocast_dtype = mixed_precision(t.precision, device)
     per_rank = t.batch_size // world_size
     micro = t.micro_batch_size or per_rank
     if t.batch_size % world_size or per_rank % micro:
@@ -119,12 +121,14 @@ def _train(
     checkpoint = broadcast_object(open_run_dir(run_dir, lock, resume) if rank == 0 else None)
 
     data = config.data
-    labelled = load_dataset(data.dataset, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    labelled = open_source(data.source, "train", data.data_dir, **reading)
+    test_set = open_source(data.source, "test", data.data_dir, **reading)
     validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
     if data.val_split:
         labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
-    test_set = load_dataset(data.dataset, "test", data.data_dir, on_corrupt=data.on_corrupt)
+    train_set = on_device(train_set, device)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
     periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
@@ -134,23 +138,26 @@ def _train(
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
         shard_model(model)  # in place, before the optimizer sees the parameters
-    optimizer = build_optimizer(model, config.optim, device)
-    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    precision = run_precision(config, model, train_set, micro, device, checkpoint)
+    autocast_dtype = precision.autocast_dtype
+    train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
+    optimizer, ema = train_step.optimizer, train_step.ema
     eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
     # Few-shot k-shot images come from the whole training split (less data.val_split), also with
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
     # would need every rank, is refused).
     fewshot = None
+    if t.fewshot_every and not isinstance(labelled, ImageDataset):
+        raise ValueError(f"train.fewshot_every needs a data.source held in memory; {data.source!r} is read per image")
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
+        if rank == 0:  # the images every rank skipped before; checkpoints gather them from all ranks
+            train_set.skipped += state.get("skipped_images", [])
+        check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
-    forward = data_parallel(model, strategy, device)
-    forward = torch.compile(forward) if t.compile else forward
-    transform = train_transform(config, model, num_classes)
-    train_step = TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
     if rank == 0 and not resume:
         create_run_dir(run_dir, config, lock)  # only now: a recipe, dataset or model that fails leaves nothing
 
@@ -159,29 +166,38 @@ def _train(
     progress.write(
         f"{'resuming at step ' + str(start_step) if checkpoint else 'training'}: {describe(model)}; data: "
         f"{train_set.source} ({len(train_set)} train / {len(test_set)} test, {per_epoch} steps per epoch); "
-        f"device {device}; run directory {run_dir}"
+        f"device {device}; precision {precision}; run directory {run_dir}"
     )
     clock = time.perf_counter() - state["wall_seconds"]
     train_seconds = state["train_seconds"]
     window_start, window_images = time.perf_counter(), 0
     images_per_second = 0.0
+    losses = PendingLosses(device)
+    split = StepSplit(device)
     model.train()
     try:
         for step in range(start_step, t.steps):
+            done = step + 1
+            log_step = done % t.log_every == 0 or done == t.steps
             step_start = time.perf_counter()
+            skips_before = len(train_set.skipped)
             try:
-                loss_value, lr = train_step(step)
+                losses.append(done, *train_step(step, split if log_step else None))
+                # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
+                logged = losses.read() if log_step or done % t.checkpoint_every == 0 or not losses.deferred else []
             except NonFiniteLoss as error:
                 raise NonFiniteLoss(f"{error} ({last_good_checkpoint(run_dir)})") from None
-            done = step + 1
+            for line in train_set.skipped[skips_before:]:
+                progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
-            if done % t.log_every == 0 or done == t.steps:
+            if log_step:
                 images_per_second = window_images / (time.perf_counter() - window_start)
                 window_start, window_images = time.perf_counter(), 0
-            if metrics is not None:
-                metrics.log({"step": done, "train_loss": loss_value, "lr": lr})
-            progress.update(done, loss_value, lr, images_per_second)
+            for logged_step, loss_value, lr in logged:
+                if metrics is not None:
+                    metrics.log({"step": logged_step, "train_loss": loss_value, "lr": lr})
+                progress.update(logged_step, loss_value, lr, images_per_second)
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                 result = evaluate(
@@ -197,7 +213,14 @@ def _train(
             if done % t.checkpoint_every == 0 or done == t.steps:
                 if metrics is not None:
                     metrics.flush()
-                state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds}
+                state = {
+                    "wall_seconds": time.perf_counter() - clock,
+                    "train_seconds": train_seconds,
+                    "precision": precision.name,
+                    "precision_reason": precision.reason,
+                    "skipped_images": all_ranks(train_set.skipped),
+                    "data_streams": data_streams(train_set, world_size),
+                }
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
@@ -209,14 +232,18 @@ def _train(
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
         final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
+        read = [train_set, test_set] + ([validation] if validation is not None else [])
+        skipped = [line for source in read for line in all_ranks(source.skipped)]
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
     finally:
+        train_step.batches.close()
         progress.close()
         if metrics is not None:
             metrics.close()
-    summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall}
+    summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall,
+               **precision.record(), "step_seconds": split.per_step(), "skipped_images": skipped}
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
@@ -230,7 +257,7 @@ class TrainStep:
     def __init__(
         self,
         config: RunConfig,
-        train_set: ImageDataset,
+        train_set: Source,
         model: nn.Module,
         forward: nn.Module,
         optimizer: torch.optim.Optimizer,
@@ -239,7 +266,7 @@ class TrainStep:
         device: torch.device,
         autocast_dtype: torch.dtype | None,
     ) -> None:
-        self.config, self.train_set, self.model, self.forward = config, train_set, model, forward
+        self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
         if device.type == "cpu":
@@ -247,30 +274,180 @@ class TrainStep:
         self.rank, self.world_size = world()
         t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
-        self.per_epoch = steps_per_epoch(len(train_set), t.batch_size)
+        self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
+                                    self.world_size)  # fmt: skip
         self.loss_function = objective_loss(t)
 
-    def __call__(self, step: int) -> tuple[float, float]:
-        """Train step `step` (0-based); returns (mean loss over the global batch, learning rate)."""
+    def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float]:
+        """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate).
+
+        On CPU the loss is checked before the update (reading it costs nothing there); on CUDA, where reading it
+        would stall the GPU every step, the engine checks it when it reads it (PendingLosses). `split` times the
+        parts of the step (synchronising the GPU between them).
+        """
         t, optim = self.config.train, self.config.optim
+        split = split or NO_SPLIT
+        split.start()
         torch.manual_seed(step_seed(t.seed, step, self.rank))  # dropout and drop-path, resumable
         lr = learning_rate(step, t.steps, optim)
         set_learning_rate(self.optimizer, lr)
-        indices = global_batch_indices(len(self.train_set), t.batch_size, t.seed, step)
-        batch = (self.train_set, shard(indices, self.rank, self.world_size), step // self.per_epoch)
+        batch = self.batches(step)
+        split.lap("data")
         loss = accumulate_gradients(
-            self.forward, self.loss_function, self.transform, batch, self.micro, self.device, self.autocast_dtype
+            self.forward, self.loss_function, self.transform, batch, self.batches.epoch(step), self.micro,
+            self.device, self.autocast_dtype, split,
         )
-        loss_value = all_reduce_mean(loss).item()
-        if not math.isfinite(loss_value):
-            raise NonFiniteLoss(f"loss is {loss_value} at step {step + 1}; stopped before the update")
+        loss = all_reduce_mean(loss)
+        if self.device.type != "cuda":
+            check_finite(loss.item(), step + 1, "stopped before the update")
         if optim.grad_clip:
             nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip, foreach=True)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         if self.ema is not None:
             self.ema.update_parameters(self.model)
-        return loss_value, lr
+        split.lap("optimizer")
+        return loss, lr
+
+
+def check_finite(loss: float, step: int, action: str) -> None:
+    if not math.isfinite(loss):
+        raise NonFiniteLoss(f"loss is {loss} at step {step}; {action}")
+
+
+class PendingLosses:
+    """The losses of the steps since they were last read. On CPU every step is read at once; on CUDA they are
+    read together (one host sync) when the engine logs or checkpoints, and a non-finite one stops the run there,
+    before the checkpoint, so none is ever saved from a diverged model."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.deferred = device.type == "cuda"
+        self.pending: list[tuple[int, torch.Tensor, float]] = []
+
+    def append(self, step: int, loss: torch.Tensor, lr: float) -> None:
+        self.pending.append((step, loss, lr))
+
+    def read(self) -> list[tuple[int, float, float]]:
+        """(step, loss, lr) of every pending step, in order."""
+        if not self.pending:
+            return []
+        values = torch.stack([loss for _, loss, _ in self.pending]).tolist()
+        read = [(step, value, lr) for (step, _, lr), value in zip(self.pending, values, strict=True)]
+        self.pending = []
+        for step, value, _ in read:
+            check_finite(value, step, f"stopped at step {read[-1][0]}, where the loss was read")
+        return read
+
+
+class StepSplit:
+    """Seconds spent per part of a training step (data, forward_backward, optimizer), summed over the steps it
+    times. The engine times the log steps only: on CUDA each part ends with a synchronisation."""
+
+    def __init__(self, device: torch.device | None) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0}
+        self.steps = 0
+        self.last = 0.0
+
+    def start(self) -> None:
+        self._sync()
+        self.steps += 1
+        self.last = time.perf_counter()
+
+    def lap(self, part: str) -> None:
+        """Add the time since the previous lap (or start) to `part`."""
+        self._sync()
+        now = time.perf_counter()
+        self.seconds[part] += now - self.last
+        self.last = now
+
+    def per_step(self) -> dict[str, float]:
+        """Mean seconds per timed step of each part (empty when no step was timed)."""
+        return {part: seconds / self.steps for part, seconds in self.seconds.items()} if self.steps else {}
+
+    def _sync(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+class _NoSplit(StepSplit):
+    def start(self) -> None:
+        pass
+
+    def lap(self, part: str) -> None:
+        pass
+
+
+NO_SPLIT = _NoSplit(None)
+
+
+def run_precision(
+    config: RunConfig,
+    model: nn.Module,
+    train_set: Source,
+    micro: int,
+    device: torch.device,
+    checkpoint: Path | None,
+) -> Precision:
+    """train.precision for this run (vitkit.precision): the one the run started with when resuming
+    `checkpoint`, else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and
+    backward pass of the first micro-batch in both precisions. Rank 0 decides for every rank."""
+    saved = json.loads((checkpoint / ckpt.STATE_NAME).read_text()) if checkpoint is not None else {}
+    if "precision" in saved:
+        return Precision(saved["precision"], f"{saved['precision_reason']} (kept from the run's start)", device)
+    t = config.train
+    transform = train_transform(config, model, len(train_set.classes))
+    loss_function = objective_loss(t)
+    first: list[tuple[torch.Tensor, torch.Tensor]] = []  # made on the first call: most decisions never measure
+
+    def forward_backward(dtype: torch.dtype | None) -> None:
+        if not first:
+            batches = TrainBatches(train_set, transform, t.batch_size, t.seed, 1, device, *world())
+            batch = batches(0)
+            batches.close()
+            first.append(transform.mix_batch(batch.images[:micro], batch.labels[:micro], batch.indices[:micro], 0))
+        x, y = first[0]
+        with autocast(device, dtype):
+            loss = loss_function(model, x, y)
+        loss.backward()
+        model.zero_grad(set_to_none=True)
+
+    shape = (micro, model.config.in_chans, *model.config.img_size)
+    key = ("train", model_signature(model), shape, t.objective, str(device))
+    what = f"a forward and backward pass at batch {micro}"
+    chosen = choose_precision(t.precision, device, measure=forward_backward, key=key, what=what)
+    name, reason = broadcast_object((chosen.name, chosen.reason))
+    return Precision(name, reason, device)
+
+
+def on_device(dataset: Source, device: torch.device) -> Source:
+    """An in-memory split moved to a CUDA device when it takes at most a quarter of the free memory there, so
+    its batches are sliced there and never cross the bus; unchanged on CPU and for sources read per sample."""
+    if device.type != "cuda" or not isinstance(dataset, ImageDataset):
+        return dataset
+    size = dataset.images.nbytes + dataset.labels.nbytes
+    if size > torch.cuda.mem_get_info(device)[0] // 4:
+        return dataset
+    return dataclasses.replace(dataset, images=dataset.images.to(device), labels=dataset.labels.to(device))
+
+
+def build_train_step(
+    config: RunConfig,
+    train_set: Source,
+    model: nn.Module,
+    device: torch.device,
+    autocast_dtype: torch.dtype | None,
+    strategy: str,
+) -> TrainStep:
+    """The step `train` runs around `model` (already on `device`, sharded under FSDP): its optimizer, weight
+    average, DDP wrapper, torch.compile and augmentation, all from the recipe. `vitkit bench train` times it."""
+    t = config.train
+    optimizer = build_optimizer(model, config.optim, device)
+    ema = ema_model(model, t.ema_decay) if t.ema_decay else None
+    forward = data_parallel(model, strategy, device)
+    forward = torch.compile(forward) if t.compile else forward
+    transform = train_transform(config, model, len(train_set.classes))
+    return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
 
 def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> TrainTransform:
@@ -290,7 +467,7 @@ def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> Tr
 
 
 def final_evaluation(
-    model: nn.Module, test_set: ImageDataset, train: TrainSection, autocast_dtype: torch.dtype | None
+    model: nn.Module, test_set: Source, train: TrainSection, autocast_dtype: torch.dtype | None
 ) -> tuple[dict[str, float], torch.Tensor | None]:
     """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
     test set (corrupted reproducibly) and no confusion matrix."""
@@ -311,26 +488,30 @@ def accumulate_gradients(
     forward: nn.Module,
     loss_function: LossFunction,
     transform: TrainTransform,
-    batch: tuple[ImageDataset, torch.Tensor, int],
+    batch: Batch,
+    epoch: int,
     micro: int,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
+    split: StepSplit = NO_SPLIT,
 ) -> torch.Tensor:
-    """Forward and backward this rank's share of a step in micro-batches; returns the mean loss (a tensor).
+    """Forward and backward this rank's share of a step (augmented, on the device) in micro-batches, mixing each
+    micro-batch (MixUp / CutMix) first; returns the mean loss (a tensor).
 
     Each micro-batch loss is weighted by its share of the batch, so the summed gradients equal those of one
     full batch: the paper's batch sizes on small hardware.
     """
-    dataset, indices, epoch = batch
     loss = torch.zeros((), device=device)
-    chunks = indices.split(micro)
-    for i, chunk in enumerate(chunks):
-        x, y = transform(dataset.images[chunk].to(device), dataset.labels[chunk].to(device), chunk, epoch)
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    for i, (images, labels, indices) in enumerate(chunks):
+        x, y = transform.mix_batch(images, labels, indices, epoch)
+        split.lap("data")
         with gradient_sync(forward, enabled=i == len(chunks) - 1):  # DDP/FSDP: reduce once per step
-            with torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext():
-                part = loss_function(forward, x, y) * (len(chunk) / len(indices))
+            with autocast(device, autocast_dtype):
+                part = loss_function(forward, x, y) * (len(indices) / len(batch.indices))
             part.backward()
         loss += part.detach()
+        split.lap("forward_backward")
     return loss
 
 
@@ -340,8 +521,8 @@ def finish(
     model: nn.Module,
     summary: dict[str, Any],
     confusion: torch.Tensor | None,
-    train_set: ImageDataset,
-    test_set: ImageDataset,
+    train_set: Source,
+    test_set: Source,
     train_seconds: float,
 ) -> dict[str, Any]:
     """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json; returns the report.
@@ -418,6 +599,26 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}")
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
+
+
+def all_ranks(lines: list[str]) -> list[str]:
+    """Every rank's list (of skipped images), concatenated in rank order: collective, every rank calls it."""
+    return [line for src in range(world()[1]) for line in broadcast_object(lines, src)]
+
+
+def data_streams(train_set: Source, world_size: int) -> int | None:
+    """How many streams read a shard source (ranks x workers), which its batches depend on; None otherwise."""
+    return world_size * max(train_set.workers, 1) if isinstance(train_set, ShardSource) else None
+
+
+def check_streams(state: dict[str, Any], streams: int | None) -> None:
+    """A shard-stream run resumes exactly only with the ranks x workers it ran with (vitkit.data.shards)."""
+    saved = state.get("data_streams")
+    if saved != streams and saved is not None:
+        raise ValueError(
+            f"--resume: the run read its shards as {saved} streams (ranks x data.workers) and would now read "
+            f"{streams}; resume with the same processes and data.workers, so the batches continue exactly"
+        )
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.data import ImageDataset, eval_transform
+from vitkit.data import Source, eval_batches
 from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.collectives import all_reduce_sum, world
 
@@ -50,7 +50,7 @@ def masked_patch_loss(forward: nn.Module, images: torch.Tensor, labels: torch.Te
 @torch.no_grad()
 def masked_patch_test_loss(
     model: MaskedPatchPrediction,
-    dataset: ImageDataset,
+    dataset: Source,
     batch_size: int = 500,
     autocast_dtype: torch.dtype | None = None,
 ) -> float:
@@ -64,14 +64,14 @@ def masked_patch_test_loss(
     was_training = model.training
     model.eval()
     try:
-        for i, chunk in enumerate(torch.arange(len(dataset)).split(batch_size)):
-            if i % world_size != rank:
-                continue
-            x = eval_transform(dataset.images[chunk].to(device), config.img_size, config.in_chans)
+        chunks = torch.arange(len(dataset)).split(batch_size)
+        mine = list(range(rank, len(chunks), world_size))
+        batches = eval_batches(dataset, [chunks[i] for i in mine], config.img_size, config.in_chans, device)
+        for i, batch in zip(mine, batches):
             with autocast:
-                loss = model(x, generator=torch.Generator(device).manual_seed(i))
-            sums[0] += loss.double() * len(chunk)
-            sums[1] += len(chunk)
+                loss = model(batch.images, generator=torch.Generator(device).manual_seed(i))
+            sums[0] += loss.double() * len(batch.indices)
+            sums[1] += len(batch.indices)
     finally:
         model.train(was_training)
     all_reduce_sum(sums)

@@ -61,10 +61,18 @@ class DataSection:
     (vitkit.data.hold_out), before any `train_subset` is drawn from the rest: periodic evaluations
     (`eval_every`) measure them instead of the test set, and the report has both (`val_top1`, `test_top1`), so
     recipes are chosen on validation accuracy and the test set stays for the final report.
+
+    `source` names the data (vitkit.data.open_source): a built-in dataset held in memory (fashion_mnist, cifar10,
+    cifar100, synthetic, digits) or a collection read image by image: `folder:PATH`, `hf:PATH`, `wds:DIR`
+    (docs/DATA.md). `workers` DataLoader processes decode and augment those, each `prefetch` steps ahead; 0 reads
+    in the training process. `on_corrupt` 'skip' leaves out unreadable images (listed in report.json) instead of
+    stopping. `data.dataset` is another name for `data.source`.
     """
 
-    dataset: str = "fashion_mnist"
+    source: str = "fashion_mnist"
     data_dir: str | None = None
+    workers: int = 0
+    prefetch: int = 2
     train_subset: int = 0
     subset_seed: int = 0
     val_split: int = 0
@@ -183,6 +191,10 @@ class RunConfig:
             )
         if t.strategy == "fsdp" and t.fewshot_every:
             raise ValueError("train.fewshot_every is not supported with train.strategy='fsdp' yet; use ddp")
+        if self.data.workers < 0 or self.data.prefetch < 1:
+            raise ValueError(
+                f"data.workers must be >= 0 and data.prefetch >= 1, got {self.data.workers} and {self.data.prefetch}"
+            )
         if self.data.train_subset < 0:
             raise ValueError(f"data.train_subset must be >= 0 (0 trains on every image), got {self.data.train_subset}")
         if self.data.val_split < 0:
@@ -284,7 +296,7 @@ def load_config(path: str | Path, base: RunConfig | None = None) -> RunConfig:
         raise FileNotFoundError(f"{path}: no such config file")
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: invalid TOML ({error})") from None
     return from_dict(data, base)
 
@@ -319,9 +331,14 @@ def valid_keys(config: RunConfig, section: str) -> list[str]:
     return keys
 
 
+# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them.
+RESUME_MAY_CHANGE = ("data.workers", "data.prefetch")
+RENAMED = {"data.dataset": "data.source"}  # other names a recipe may use for a key
+
+
 def set_value(config: RunConfig, key: str, value: Any) -> None:
     """Set one `section.field`, coercing to the field's type; an unknown key names the valid ones."""
-    section, _, name = key.partition(".")
+    section, _, name = RENAMED.get(key, key).partition(".")
     if section not in SECTIONS:
         raise ValueError(f"unknown config key {key!r}: no section {section!r}; valid sections: {SECTIONS}")
     target = getattr(config, section)

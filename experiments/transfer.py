@@ -1,0 +1,169 @@
+"""Transfer (§4.1, Tab. 2 in miniature): a ViT pre-trained on Fashion-MNIST, supervised and with masked patch
+prediction (labels unused), transferred to a different dataset, scikit-learn's 8x8 digits upsampled to 28x28:
+by fine-tuning with a zero-initialised head (configs/digits_transfer.toml, several seeds) and by few-shot
+linear evaluation of the frozen features (1/5/10/25 shots), against the same ViT from scratch (trained on
+digits with the same recipe; its few-shot row is the untrained initialisation). Needs scikit-learn (digits).
+
+    python -m experiments.transfer --out runs/exp_transfer     # ~30 min on 2 CPU cores
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import vitkit
+from experiments.common import (
+    CONFIGS,
+    VIT,
+    mean_std,
+    parser,
+    percent,
+    plot_spread,
+    run_vitkit,
+    scaled,
+    vitkit_command,
+    write_results,
+)
+
+PRETRAIN_STEPS = 4000
+FINETUNE_STEPS = 500  # configs/digits_transfer.toml
+SHOTS = (1, 5, 10, 25)
+ARMS = {"scratch": "from scratch", "supervised": "Fashion-MNIST, supervised", "mpp": "Fashion-MNIST, MPP"}
+PRETRAIN_RECIPES = {"supervised": "fashion_mnist_vit.toml", "mpp": "fashion_mnist_mpp.toml"}
+
+
+def pretrain(out: Path, arm: str, args: Any) -> Path:
+    """Pre-train the ViT on Fashion-MNIST (one run per objective, seed 0); returns its run directory."""
+    steps = scaled(args.pretrain_steps, args.steps_scale)
+    run_dir = out / f"pretrain_{arm}"
+    run_vitkit(
+        "train",
+        run_dir,
+        [
+            "--config",
+            str(CONFIGS / PRETRAIN_RECIPES[arm]),
+            "--seed",
+            "0",
+            f"train.steps={steps}",
+            f"optim.warmup_steps={max(1, steps // 10)}",
+            "train.eval_every=0",
+            "train.fewshot_every=0",
+            f"train.checkpoint_every={steps}",
+            f"train.processes={args.processes}",
+            *tiny_args(args),
+        ],
+    )
+    return run_dir
+
+
+def tiny_args(args: Any) -> list[str]:
+    return [*VIT.tiny, "train.batch_size=32", "train.log_every=1"] if args.tiny else []
+
+
+def initialisation(out: Path, like: Path) -> Path:
+    """The untrained ViT (seed 0) of the pre-trained architecture, saved for the few-shot baseline."""
+    path = out / "initialisation"
+    if not (path / "config.json").is_file():
+        torch.manual_seed(0)
+        vitkit.build_model(vitkit.load_weights(like).config).save_pretrained(path)
+    return path
+
+
+def fewshot(out: Path, arm: str, weights: Path, seeds: int) -> dict[str, Any]:
+    """`vitkit fewshot` of frozen features on digits (1/5/10/25 shots, `seeds` draws); cached as JSON."""
+    path = out / f"fewshot_{arm}.json"
+    if not path.is_file():
+        shots = ",".join(map(str, SHOTS))
+        argv = [
+            "fewshot",
+            "--weights",
+            str(weights),
+            "--data",
+            "digits",
+            "--shots",
+            shots,
+            "--seeds",
+            str(seeds),
+        ]
+        vitkit_command([*argv, "--out", str(path)], path)
+    return json.loads(path.read_text())
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = parser(__doc__.splitlines()[0], "runs/exp_transfer")
+    p.add_argument("--seeds", type=int, default=3, help="fine-tuning / from-scratch seeds (default 3)")
+    p.add_argument("--fewshot-seeds", type=int, default=5, help="few-shot draws per shot count (default 5)")
+    p.add_argument("--pretrain-steps", type=int, default=PRETRAIN_STEPS, help="steps of each pre-training")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    sources = {arm: pretrain(out, arm, args) for arm in PRETRAIN_RECIPES}
+    recipe = ["--config", str(CONFIGS / "digits_transfer.toml")]
+    digits_steps = scaled(FINETUNE_STEPS, args.steps_scale)
+    steps = [f"train.steps={digits_steps}", f"optim.warmup_steps={max(1, digits_steps // 10)}"]
+    finetuned: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
+    for seed in range(args.seeds):
+        common = [*recipe, "--seed", str(seed), *steps, f"train.processes={args.processes}"]
+        finetuned["scratch"].append(
+            run_vitkit("train", out / f"scratch_s{seed}", [*common, *tiny_args(args)])
+        )
+        for arm, source in sources.items():
+            tiny = (
+                ["train.batch_size=32", "train.log_every=1"] if args.tiny else []
+            )  # the architecture is the source's
+            run_args = ["--weights", str(source), *common, *tiny]
+            finetuned[arm].append(run_vitkit("finetune", out / f"{arm}_s{seed}", run_args))
+    features = {"scratch": initialisation(out, sources["supervised"]), **sources}
+    shots = {arm: fewshot(out, arm, weights, args.fewshot_seeds) for arm, weights in features.items()}
+
+    scratch = np.array([r["test_top1"] for r in finetuned["scratch"]])
+    rows = []
+    for arm, label in ARMS.items():
+        top1 = [r["test_top1"] for r in finetuned[arm]]
+        gain = "" if arm == "scratch" else percent(list(np.array(top1) - scratch)).replace("%", " points")
+        rows.append(
+            [label, percent(top1), gain, *(percent(shots[arm]["shots"][str(k)]["runs"]) for k in SHOTS)]
+        )
+    header = [
+        "initialisation",
+        f"fine-tuned test top-1 ({args.seeds} seeds)",
+        "gain over scratch (paired)",
+        *(f"{k}-shot" for k in SHOTS),
+    ]
+    figure, (ax_ft, ax_fs) = plt.subplots(1, 2, figsize=(11, 4))
+    for i, arm in enumerate(ARMS):
+        values = [100 * r["test_top1"] for r in finetuned[arm]]
+        ax_ft.bar(i, mean_std(values)[0], yerr=mean_std(values)[1], capsize=4, alpha=0.6)
+        ax_ft.plot([i] * len(values), values, "k.")
+        samples = [[100 * r for r in shots[arm]["shots"][str(k)]["runs"]] for k in SHOTS]
+        plot_spread(ax_fs, SHOTS, samples, ARMS[arm] if arm != "scratch" else "untrained initialisation")
+    ax_ft.set_xticks(range(len(ARMS)), list(ARMS.values()), rotation=10)
+    ax_ft.set(ylabel="digits test top-1 (%)", title="fine-tuned on digits (each dot a seed)")
+    ax_fs.set(
+        xscale="log",
+        xlabel="images per class",
+        ylabel="digits test accuracy (%)",
+        title="few-shot linear on frozen features",
+    )
+    ax_fs.set_xticks(SHOTS, [str(k) for k in SHOTS])
+    ax_fs.legend()
+    for ax in (ax_ft, ax_fs):
+        ax.grid(alpha=0.3)
+    notes = (
+        f"Pre-training: {scaled(args.pretrain_steps, args.steps_scale)} steps per objective (seed 0); "
+        f"fine-tuning and from scratch: configs/digits_transfer.toml at {steps[0]}, "
+        f"seeds 0-{args.seeds - 1}; the gain is the mean of the per-seed differences. Few-shot: "
+        f"{args.fewshot_seeds} draws of k digits per class, ridge regression on frozen features, the "
+        f"{shots['scratch']['num_test']} digits test images. All: mean ± sample std."
+    )
+    title = "Transfer: Fashion-MNIST to digits"
+    return write_results(out, "transfer", title, (header, rows), figure, notes)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""A ViT that wins on its budget: the ViT recipe configs/fashion_mnist_vit_budget.toml (aimed at >= 93%
+Fashion-MNIST test top-1 within 30 minutes) and the BiT ResNet of configs/fashion_mnist_resnet.toml given the
+same wall-clock budget side by side. Each recipe's steps are sized to the budget from a short probe run of its
+own speed (so each uses the budget fully, its schedule decaying to zero at its end); both are evaluated ten
+times on the way, and the table and the figure give accuracy against wall time for both.
+
+    python -m experiments.vit_budget --out runs/exp_vit_budget      # 2 x 30 min + 2 probes (~3 min)
+    python -m experiments.vit_budget --val-split 5000               # choosing a recipe: never on the test set
+
+With --val-split N, N class-balanced training images are held out (data.val_split): the evaluations on the way
+measure them, the curve is validation accuracy, and the test accuracy is still reported at the end.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib.pyplot as plt
+
+from experiments.common import (
+    CONFIGS,
+    RESNET,
+    VIT,
+    Family,
+    evaluations,
+    markdown_table,
+    parser,
+    run_vitkit,
+    scaled,
+    write_results,
+)
+from vitkit.train.recipe import RECIPE_NAME, load_config
+
+VIT_BUDGET = Family("ViT", "fashion_mnist_vit_budget.toml", VIT.tiny)
+MODELS = (VIT_BUDGET, RESNET)
+TARGET = 93.0
+FILL = 0.9  # of the budget for training steps; the rest for the ten evaluations, checkpoints and start-up
+EVALUATIONS = 10
+
+
+def common_args(model: Family, args: Any) -> list[str]:
+    """Overrides of both the probe and the run: the recipe, processes, the validation split, --tiny models."""
+    out = [
+        "--config",
+        str(CONFIGS / model.recipe),
+        f"train.processes={args.processes}",
+        f"data.val_split={args.val_split}",
+    ]
+    return out + ([*model.tiny, "train.batch_size=32", "train.log_every=1"] if args.tiny else [])
+
+
+def sized_steps(model: Family, args: Any) -> int:
+    """Training steps that fill FILL of the budget at the speed a probe run of the recipe measures."""
+    probe, probe_dir = args.probe_steps, Path(args.out) / f"probe_{run_name(model)}"
+    report = run_vitkit(
+        "train",
+        probe_dir,
+        [
+            *common_args(model, args),
+            f"train.steps={probe}",
+            f"optim.warmup_steps={max(1, probe // 10)}",
+            "train.eval_every=0",
+            f"train.checkpoint_every={probe}",
+        ],
+    )
+    batch_size = load_config(probe_dir / RECIPE_NAME).train.batch_size
+    return max(2, int(args.budget_minutes * 60 * FILL * report["images_per_second"] / batch_size))
+
+
+def run_name(model: Family) -> str:
+    return model.recipe.removesuffix(".toml")
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = parser(__doc__.splitlines()[0], "runs/exp_vit_budget")
+    p.add_argument("--budget-minutes", type=float, default=30.0, help="wall-clock budget of each model")
+    p.add_argument("--probe-steps", type=int, default=150, help="steps of the speed probe of each recipe")
+    p.add_argument("--val-split", type=int, default=0, help="hold out N training images for the curves")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    runs: dict[str, tuple[Path, dict[str, Any]]] = {}
+    for model in MODELS:
+        steps = scaled(sized_steps(model, args), args.steps_scale)
+        run_dir = out / run_name(model)
+        runs[model.name] = (
+            run_dir,
+            run_vitkit(
+                "train",
+                run_dir,
+                [
+                    *common_args(model, args),
+                    f"train.steps={steps}",
+                    f"optim.warmup_steps={max(1, steps // 20)}",
+                    f"train.eval_every={max(1, steps // EVALUATIONS)}",
+                    f"train.checkpoint_every={max(1, steps // 4)}",
+                ],
+            ),
+        )
+
+    curve, key = ("validation", "val_top1") if args.val_split else ("test", "test_top1")
+    header = [
+        "model",
+        "recipe",
+        "steps",
+        "epochs",
+        "wall (min)",
+        "test top-1",
+        *(["validation top-1"] if args.val_split else []),
+        f"first {curve} >= {TARGET:g}%",
+    ]
+    rows, curves = [], []
+    figure, ax = plt.subplots(figsize=(7, 4.5))
+    for model in MODELS:
+        run_dir, report = runs[model.name]
+        points = evaluations(run_dir, key)
+        reached = next((f"{m:.1f} min" for m, a in points if a >= TARGET), "not reached")
+        validation = [f"{100 * report['val_top1']:.2f}%"] if args.val_split else []
+        rows.append(
+            [
+                model.name,
+                f"configs/{model.recipe}",
+                report["steps"],
+                f"{report['epochs']:.1f}",
+                f"{report['wall_seconds'] / 60:.1f}",
+                f"{100 * report['test_top1']:.2f}%",
+                *validation,
+                reached,
+            ]
+        )
+        curve_rows = [[f"{m:.1f}", f"{a:.2f}%"] for m, a in points]
+        curves.append(markdown_table([f"{model.name}: minutes", f"{curve} top-1"], curve_rows))
+        ax.plot(*zip(*points), "o-", label=f"{model.name}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min")
+    ax.axhline(TARGET, color="grey", ls="--", lw=1, label=f"target {TARGET:g}%")
+    ax.axvline(args.budget_minutes, color="grey", ls=":", lw=1, label=f"budget {args.budget_minutes:g} min")
+    ax.set(
+        xlabel="engine wall time (minutes)",
+        ylabel=f"{curve} top-1 (%)",
+        title=f"Fashion-MNIST {curve} accuracy against wall time",
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    held_out = f" ({args.val_split} training images held out)" if args.val_split else ""
+    notes = (
+        f"Budget {args.budget_minutes:g} min per model (steps sized from a {args.probe_steps}-step probe of "
+        f"each recipe to fill {FILL:.0%} of it, x {args.steps_scale:g}); {args.processes} process(es). "
+        f"Evaluations on the way: {curve} set{held_out}.\n\n" + "\n\n".join(curves)
+    )
+    title = f"A ViT on its budget: {args.budget_minutes:g} minutes each"
+    return write_results(out, "vit_budget", title, (header, rows), figure, notes)
+
+
+if __name__ == "__main__":
+    main()

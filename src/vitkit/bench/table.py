@@ -1,0 +1,44 @@
+"""How benchmark results are printed: one line on the machine they were measured on, rows as a markdown table."""
+
+from __future__ import annotations
+
+import os
+import platform
+from collections.abc import Sequence
+
+import torch
+
+
+def environment() -> str:
+    """One line on what the numbers were measured on (load average included: the machine may be shared)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()} "
+        f"{os.cpu_count()} logical CPUs, load average {load:.1f} at start"
+    )
+
+
+def format_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:
+    """Markdown table; floats with 3 significant digits (ratios and MFU with 3 decimals)."""
+    if not rows:
+        return ""
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+
+    def cell(key: str, value: object) -> str:
+        if value is None or value == "":
+            return ""
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, float):
+            if key in ("MFU", "spread"):
+                return f"{100 * value:.1f}%"
+            if key.startswith("vs "):
+                return f"{value:.3f}"
+            return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+        return str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(cell(c, row.get(c)) for c in columns) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,197 @@
+"""Batches for training and evaluation from any source: in-memory tensors sliced on the spot, lazy sources decoded
+and preprocessed in DataLoader worker processes.
+
+Training: item k of a rank's DataLoader is its whole share of step start + k, so which samples a step holds
+(global_batch_indices, then shard) and how each is augmented (keyed by seed, epoch and index) do not depend on
+the number of workers; workers only decide who computes a step, and the DataLoader hands steps back in order.
+A resumed run restarts the loader at its step and reads exactly what the uninterrupted run read.
+
+The per-sample augmentation (TrainTransform.augment) runs in the workers image by image, on images of any size;
+MixUp / CutMix (TrainTransform.mix_batch) run on the assembled micro-batch in the engine. An in-memory source
+takes the same functions on whole batches, which give the same pixels (tests/data/test_pipeline.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .batch import Batch
+from .decode import ImageDecodeError
+from .lazy import LazySource
+from .shards import ShardChunks, ShardSource, ShardSteps
+from .loader import global_batch_indices, shard, steps_per_epoch
+from .sources import ImageDataset
+from .transforms import TrainTransform, adapt_channels, eval_transform
+
+Source = ImageDataset | LazySource | ShardSource
+Preprocess = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (uint8 [1, C, H, W], index [1]) -> [1, ...]
+
+
+def read_batch(source: LazySource, indices: torch.Tensor, preprocess: Preprocess, shape: tuple[int, ...]) -> Batch:
+    """Decode and preprocess the samples `indices` one by one; `shape` (C, h, w) is an output image's shape."""
+    images, kept, skipped = [], [], []
+    channels = 1 if shape[0] == 1 else 3  # decoded as the model sees them: grey files stay exact for 1 channel
+    for position, index in enumerate(indices.tolist()):
+        try:
+            image = source.read(index, channels)
+        except ImageDecodeError as err:
+            skipped.append(str(err))
+            continue
+        images.append(adapt_channels(preprocess(image[None], indices[position : position + 1]), shape[0])[0])
+        kept.append(position)
+    chosen = torch.tensor(kept, dtype=torch.int64)
+    stacked = torch.stack(images) if images else torch.empty(0, *shape)
+    return Batch(stacked, source.labels[indices][chosen], indices[chosen], skipped=skipped)
+
+
+def check_skipped(source: Source, batch: Batch) -> None:
+    """Raise a source's failure; apply `on_corrupt` to the images a batch could not read: stop on the first, or
+    record them."""
+    if batch.error:
+        raise ValueError(batch.error)
+    if not batch.skipped:
+        return
+    if source.on_corrupt == "stop":
+        raise ValueError(
+            f"{batch.skipped[0]}; set data.on_corrupt='skip' to skip unreadable images and list them in report.json"
+        )
+    source.skipped += batch.skipped
+
+
+def loader(source: LazySource | ShardSource, dataset: Dataset, pin_memory: bool) -> DataLoader:
+    """A DataLoader over `dataset` (one item per batch) with the source's workers and prefetch depth."""
+    workers = source.workers
+    return DataLoader(
+        dataset,
+        batch_size=None,
+        shuffle=False,
+        num_workers=workers,
+        prefetch_factor=source.prefetch if workers else None,
+        pin_memory=pin_memory,
+        persistent_workers=False,
+    )
+
+
+class RankSteps(Dataset):
+    """Item k: this rank's share of training step start + k, decoded and augmented (in a worker)."""
+
+    def __init__(
+        self, source: LazySource, transform: TrainTransform, batch_size: int, seed: int, rank: int, world_size: int,
+        start: int, stop: int,
+    ) -> None:
+        self.source, self.transform = source, transform
+        self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
+        self.start, self.stop = start, stop
+        self.per_epoch = steps_per_epoch(len(source), batch_size)
+        self.shape = (transform.in_chans or 3, *transform.img_size)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+    def __getitem__(self, k: int) -> Batch:
+        step = self.start + k
+        epoch = step // self.per_epoch
+        indices = shard(global_batch_indices(len(self.source), self.batch_size, self.seed, step), self.rank,
+                        self.world_size)  # fmt: skip
+        batch = read_batch(self.source, indices, lambda x, i: self.transform.augment(x, i, epoch), self.shape)
+        batch.step = step
+        return batch
+
+
+class TrainBatches:
+    """This rank's share of each training step, called with consecutive steps (any step restarts the stream).
+
+    In-memory sources: sliced and augmented on `device` (the fast path). Lazy sources: a DataLoader over
+    RankSteps keeps `workers x prefetch` steps in flight; shard streams: a DataLoader over ShardSteps. Batches
+    arrive in pinned memory on CUDA.
+    """
+
+    def __init__(
+        self, source: Source, transform: TrainTransform, batch_size: int, seed: int, steps: int,
+        device: torch.device, rank: int = 0, world_size: int = 1,
+    ) -> None:
+        self.source, self.transform, self.batch_size, self.seed = source, transform, batch_size, seed
+        self.steps, self.device, self.rank, self.world_size = steps, device, rank, world_size
+        self.shape = (transform.in_chans or 3, *transform.img_size)
+        if isinstance(source, ShardSource):
+            self.per_epoch = self._shard_steps(0).per_epoch
+        else:
+            self.per_epoch = steps_per_epoch(len(source), batch_size)
+        self._stream: Iterator[Batch] | None = None
+        self._next_step = -1
+
+    def epoch(self, step: int) -> int:
+        return step // self.per_epoch
+
+    def _shard_steps(self, start: int) -> ShardSteps:
+        rank_batch = self.batch_size // self.world_size
+        return ShardSteps(self.source, self.transform, rank_batch, self.seed, self.rank, self.world_size, start,
+                          self.steps, self.shape)  # fmt: skip
+
+    def __call__(self, step: int) -> Batch:
+        """The batch of `step` (labels and indices on the device too)."""
+        if isinstance(self.source, ImageDataset):
+            indices = shard(global_batch_indices(len(self.source), self.batch_size, self.seed, step), self.rank,
+                            self.world_size)  # fmt: skip
+            images = self.transform.augment(self.source.images[indices].to(self.device), indices, self.epoch(step))
+            return Batch(images, self.source.labels[indices].to(self.device), indices, step)
+        if self._stream is None or step != self._next_step:
+            self.close()
+            if isinstance(self.source, ShardSource):
+                steps: Dataset = self._shard_steps(step)
+            else:
+                steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank,
+                                  self.world_size, step, self.steps)  # fmt: skip
+            self._stream = iter(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
+        batch = next(self._stream)
+        self._next_step = step + 1
+        check_skipped(self.source, batch)
+        if batch.step != step:
+            raise RuntimeError(f"the data stream gave step {batch.step + 1} for step {step + 1}")
+        if not len(batch.indices):
+            raise ValueError(
+                f"no image of step {step + 1}'s batch on rank {self.rank} could be read ({batch.skipped[0]})"
+            )
+        batch.images = batch.images.to(self.device, non_blocking=True)
+        batch.labels = batch.labels.to(self.device, non_blocking=True)
+        return batch
+
+    def close(self) -> None:
+        """Stop the worker processes (also done when the object is collected)."""
+        self._stream = None
+
+
+class EvalChunks(Dataset):
+    """Item k: the samples `chunks[k]` resized (centre crop) to the model's input, in [-1, 1]."""
+
+    def __init__(self, source: LazySource, chunks: list[torch.Tensor], img_size: tuple[int, int], in_chans: int):
+        self.source, self.chunks, self.img_size, self.in_chans = source, chunks, img_size, in_chans
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int) -> Batch:
+        preprocess = lambda x, _: eval_transform(x, self.img_size, self.in_chans)  # noqa: E731
+        return read_batch(self.source, self.chunks[k], preprocess, (self.in_chans, *self.img_size))
+
+
+def eval_batches(
+    source: Source, chunks: list[torch.Tensor], img_size: tuple[int, int], in_chans: int, device: torch.device
+) -> Iterator[Batch]:
+    """The samples of each chunk preprocessed for evaluation, on `device`, in chunk order."""
+    if isinstance(source, ImageDataset):
+        for chunk in chunks:
+            images = eval_transform(source.images[chunk].to(device), img_size, in_chans)
+            yield Batch(images, source.labels[chunk].to(device), chunk)
+        return
+    if isinstance(source, ShardSource):  # contiguous index ranges, read from the shards that hold them
+        preprocess = lambda x: eval_transform(x, img_size, in_chans)  # noqa: E731
+        items: Dataset = ShardChunks(source, chunks, preprocess, (in_chans, *img_size))
+    else:
+        items = EvalChunks(source, chunks, img_size, in_chans)
+    for batch in loader(source, items, device.type == "cuda"):
+        check_skipped(source, batch)
+        yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)

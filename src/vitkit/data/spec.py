@@ -1,0 +1,51 @@
+"""What a `data.source` string names, and opening one split of it.
+
+    fashion_mnist, cifar10, cifar100, synthetic, digits   decoded once into memory (vitkit.data.sources)
+    folder:PATH  (or a bare directory PATH)                ImageFolder PATH/train, PATH/test|val, read lazily
+    hf:PATH                                                a Hugging Face `datasets` directory, memory-mapped
+    wds:DIR                                                WebDataset tar shards DIR/<split>-*.tar, streamed
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .folder import FolderSource
+from .hf import HFSource
+from .lazy import LazySource
+from .shards import ShardSource
+from .sources import NAMES, ImageDataset, load_dataset
+
+READERS = {"folder": FolderSource, "hf": HFSource, "wds": ShardSource}
+PREFIXES = tuple(f"{kind}:" for kind in READERS)
+
+
+def open_source(
+    spec: str, split: str, data_dir: str | None = None, *, on_corrupt: str = "stop", workers: int = 0,
+    prefetch: int = 2,
+) -> ImageDataset | LazySource | ShardSource:
+    """One split ('train' or 'test') of the source `spec` names; `workers`, `prefetch` and `on_corrupt` say how a
+    lazy source is read (in-memory datasets are decoded at once and ignore `workers`)."""
+    options = dict(on_corrupt=on_corrupt, workers=workers, prefetch=prefetch)
+    kind, sep, path = spec.partition(":")
+    if sep and f"{kind}:" in PREFIXES:
+        if not path:
+            raise ValueError(f"data.source {spec!r} names no path (expected {kind}:PATH)")
+        return READERS[kind](_directory(path, spec), split, **options)
+    if spec in NAMES:
+        return load_dataset(spec, split, data_dir)
+    if Path(spec).expanduser().is_dir():
+        return FolderSource(spec, split, **options)
+    if os.sep in spec or "/" in spec:
+        raise FileNotFoundError(f"{spec}: no such ImageFolder directory (expected {spec}/train, {spec}/test)")
+    raise ValueError(
+        f"unknown data.source {spec!r}: expected one of {', '.join(NAMES)}, folder:PATH, hf:PATH or wds:DIR"
+    )
+
+
+def _directory(path: str, spec: str) -> Path:
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise FileNotFoundError(f"{directory}: no such directory (data.source {spec!r})")
+    return directory

@@ -1,0 +1,62 @@
+"""Batches from lazy sources: every index once per epoch over ranks x workers, the same batches whatever the number
+of workers or resume step, and exactly the batches of the same images held in memory."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from image_collections import in_memory, take_steps, write_folder
+
+from vitkit.data import FolderSource, TrainTransform, eval_batches, steps_per_epoch
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return write_folder(tmp_path_factory.mktemp("folder"))
+
+
+def batches(source, *, crop="inception", size=28, **steps):
+    return take_steps(source, TrainTransform(size, crop=crop, seed=3, in_chans=1), seed=3, **steps)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_ranks_and_workers_cover_every_index_once_per_epoch(folder, world_size, workers):
+    source = FolderSource(folder, "train", workers=workers)
+    per_epoch = steps_per_epoch(len(source), 12)  # 60 images: 5 steps
+    seen = {epoch: [] for epoch in range(2)}
+    for rank in range(world_size):
+        for batch in batches(source, rank=rank, world_size=world_size, stop=2 * per_epoch):
+            assert len(batch.indices) == 12 // world_size and batch.images.shape == (12 // world_size, 1, 28, 28)
+            assert torch.equal(batch.labels, source.labels[batch.indices])
+            seen[batch.step // per_epoch] += batch.indices.tolist()
+    for indices in seen.values():
+        assert sorted(indices) == list(range(len(source)))
+
+
+def test_batches_do_not_depend_on_workers_or_the_resume_step(folder):
+    reference = batches(FolderSource(folder, "train"), stop=7)
+    for workers, start in ((2, 0), (1, 4), (2, 3)):
+        resumed = batches(FolderSource(folder, "train", workers=workers, prefetch=1), start=start, stop=7)
+        for a, b in zip(reference[start:], resumed, strict=True):
+            assert a.step == b.step and torch.equal(a.indices, b.indices) and torch.equal(a.images, b.images)
+
+
+@pytest.mark.parametrize("crop", ["inception", "resize_crop", "pad_crop", "none"])
+def test_folder_batches_equal_the_same_images_in_memory(folder, crop):
+    lazy = FolderSource(folder, "train", workers=int(crop == "inception"))  # workers change nothing (above)
+    memory = in_memory(lazy, channels=1)  # the model of `batches` has one channel
+    for a, b in zip(batches(lazy, crop=crop, stop=6, size=40), batches(memory, crop=crop, stop=6, size=40)):
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.labels, b.labels)
+        assert torch.equal(a.images, b.images)
+
+
+def test_eval_batches_equal_the_same_images_in_memory(folder):
+    lazy = FolderSource(folder, "test", workers=2)
+    chunks = list(torch.arange(len(lazy)).split(7)) + [torch.arange(0)]
+    memory = list(eval_batches(in_memory(lazy, channels=3), chunks, (24, 24), 3, CPU))
+    for a, b in zip(eval_batches(lazy, chunks, (24, 24), 3, CPU), memory, strict=True):
+        assert a.images.shape == b.images.shape and torch.equal(a.images, b.images)
+        assert torch.equal(a.labels, b.labels)

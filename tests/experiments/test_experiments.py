@@ -1,0 +1,114 @@
+"""The three experiment commands' plumbing on the embedded subset with tiny models and a few steps: each runs,
+writes its table and figure, and the table's numbers are those of the run directories it trained. Not their
+results (that takes hours: docs/RESULTS.md). Each trains 3-7 tiny runs, several seconds: marked slow."""
+
+import json
+from pathlib import Path
+
+import pytest
+from experiments.common import markdown_table, percent
+
+from experiments import data_size, transfer, vit_budget
+from vitkit.train.report import read_metrics
+
+PNG_MAGIC = b"\x89PNG"
+
+
+def table_rows(markdown: str) -> list[list[str]]:
+    """The cells of every body row of the Markdown tables in a text."""
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines if not line.startswith("| ---")]
+
+
+def report(run_dir: Path) -> dict:
+    return json.loads((run_dir / "report.json").read_text())
+
+
+def check_outputs(md: Path) -> str:
+    text = md.read_text()
+    assert md.with_suffix(".png").read_bytes()[:4] == PNG_MAGIC
+    assert "CPU " in text and "torch " in text  # the machine every number ran on
+    return text
+
+
+@pytest.mark.slow
+def test_data_size_trains_every_family_on_the_same_subsets_and_tabulates_their_reports(tmp_path):
+    md = data_size.main(
+        ["--out", str(tmp_path), "--tiny", "--sizes", "50", "--steps-scale", "0.001", "--processes", "1"]
+    )
+    rows = {row[1]: row for row in table_rows(check_outputs(md)) if row[0] == "50"}
+    assert set(rows) == {f.name for f in data_size.FAMILIES}
+    for family in data_size.FAMILIES:
+        run = tmp_path / f"{family.recipe.removesuffix('.toml')}_n50_s0"
+        r = report(run)
+        assert "class-balanced subset of 50 images (seed 0)" in r["train_data"]
+        assert rows[family.name][4:7] == [
+            percent([r[k]]) for k in ("test_top1", "fewshot_5shot", "fewshot_25shot")
+        ]
+
+
+@pytest.mark.slow
+def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp_path):
+    md = transfer.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--tiny",
+            "--steps-scale",
+            "0.001",
+            "--processes",
+            "1",
+            "--seeds",
+            "1",
+            "--fewshot-seeds",
+            "2",
+        ]
+    )
+    rows = {row[0]: row for row in table_rows(check_outputs(md))}
+    scratch = report(tmp_path / "scratch_s0")["test_top1"]
+    assert "digits" in report(tmp_path / "scratch_s0")["train_data"]
+    for arm, label in transfer.ARMS.items():
+        top1 = report(tmp_path / f"{arm}_s0")["test_top1"]
+        assert rows[label][1] == percent([top1])
+        if arm != "scratch":
+            assert rows[label][2] == percent([top1 - scratch]).replace("%", " points")
+        shots = json.loads((tmp_path / f"fewshot_{arm}.json").read_text())["shots"]
+        assert rows[label][3:] == [percent(shots[str(k)]["runs"]) for k in transfer.SHOTS]
+
+
+@pytest.mark.slow
+def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_path):
+    md = vit_budget.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--tiny",
+            "--budget-minutes",
+            "0.005",
+            "--probe-steps",
+            "2",
+            "--processes",
+            "1",
+            "--val-split",
+            "100",
+        ]
+    )
+    text = check_outputs(md)
+    rows = {row[0]: row for row in table_rows(text)}
+    for model in vit_budget.MODELS:
+        run = tmp_path / vit_budget.run_name(model)
+        r = report(run)
+        assert rows[model.name][2:] == [
+            str(r["steps"]),
+            f"{r['epochs']:.1f}",
+            f"{r['wall_seconds'] / 60:.1f}",
+            f"{100 * r['test_top1']:.2f}%",
+            f"{100 * r['val_top1']:.2f}%",
+            rows[model.name][-1],
+        ]
+        curve = [
+            [f"{x['wall_seconds'] / 60:.1f}", f"{100 * x['val_top1']:.2f}%"]
+            for x in read_metrics(run)
+            if "val_top1" in x
+        ]
+        assert len(curve) >= 2 and markdown_table(["m", "a"], curve).split("\n", 2)[2] in text

@@ -1,0 +1,130 @@
+"""The precision policy decides by device, CPU flags and a measurement: tested on a faked AMX CPU and a faked
+Zen 3 CPU, whatever this machine is; CUDA for real only where there is a GPU."""
+
+import time
+
+import pytest
+import torch
+
+from vitkit import precision
+from vitkit.precision import Precision, choose_precision, inference_precision
+
+AMX_LIKE = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # Sapphire Rapids
+ZEN3_LIKE = frozenset({"avx", "avx2", "fma", "sha_ni"})  # AMD EPYC Milan: no native bf16
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch):
+    monkeypatch.setattr(precision, "_measured", {})
+
+
+def fake_cpu(monkeypatch, flags: frozenset[str]) -> None:
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+
+
+def sleeping_step(fp32_s: float, bf16_s: float, calls: list):
+    """A step that takes `fp32_s` in float32 and `bf16_s` under bf16, and records the dtypes it ran in."""
+
+    def step(dtype):
+        calls.append(dtype)
+        time.sleep(bf16_s if dtype == torch.bfloat16 else fp32_s)
+
+    return step
+
+
+def never_measured(dtype):
+    raise AssertionError("auto must not measure here")
+
+
+def test_zen3_like_cpu_is_fp32_without_measuring(monkeypatch):
+    fake_cpu(monkeypatch, ZEN3_LIKE)
+    chosen = choose_precision("auto", "cpu", measure=never_measured)
+    assert chosen.name == "fp32" and chosen.autocast_dtype is None
+    assert "no native bf16 matrix units" in chosen.reason and "amx_bf16" in chosen.reason
+
+
+def test_amx_like_cpu_picks_bf16_when_measured_faster(monkeypatch):
+    fake_cpu(monkeypatch, AMX_LIKE)
+    calls = []
+    chosen = choose_precision("auto", "cpu", measure=sleeping_step(0.03, 0.005, calls), key="m", what="a step")
+    assert chosen.name == "bf16" and chosen.autocast_dtype == torch.bfloat16
+    assert "amx_bf16 and avx512_bf16" in chosen.reason and "bf16 measured faster" in chosen.reason
+    assert calls.count(None) == calls.count(torch.bfloat16) == 1 + precision.MEASURE_ROUNDS  # warm-up + rounds
+    # cached per process: the same key is not measured again
+    assert choose_precision("auto", "cpu", measure=never_measured, key="m").name == "bf16"
+
+
+def test_amx_like_cpu_keeps_fp32_when_bf16_measures_slower(monkeypatch):
+    fake_cpu(monkeypatch, AMX_LIKE)
+    chosen = choose_precision("auto", "cpu", measure=sleeping_step(0.005, 0.03, []), key="small model")
+    assert chosen.name == "fp32" and "bf16 measured slower" in chosen.reason
+
+
+def test_the_measurement_leaves_the_random_stream_alone(monkeypatch):
+    fake_cpu(monkeypatch, AMX_LIKE)
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    choose_precision("auto", "cpu", measure=lambda dtype: torch.rand(100))
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_inference_precision_measures_the_models_forward(monkeypatch):
+    fake_cpu(monkeypatch, AMX_LIKE)
+    model = torch.nn.Linear(2, 3)
+    model.config = type("Config", (), {"in_chans": 1, "img_size": (2, 2)})()  # [B, 1, 2, 2] -> Linear over 2
+    seen = []
+    model.register_forward_hook(lambda m, args, out: seen.append((args[0].shape, out.dtype)))
+    chosen = inference_precision("auto", model, batch_size=100)
+    assert chosen.name in ("bf16", "fp32") and "per call of a forward pass at batch 32" in chosen.reason
+    assert (torch.Size([32, 1, 2, 2]), torch.bfloat16) in seen and (torch.Size([32, 1, 2, 2]), torch.float32) in seen
+
+
+def test_explicit_choices_are_kept_and_bad_names_refused(monkeypatch):
+    fake_cpu(monkeypatch, ZEN3_LIKE)
+    forced = choose_precision("bf16", "cpu", measure=never_measured)
+    assert forced.name == "bf16" and "emulated" in forced.reason
+    fake_cpu(monkeypatch, AMX_LIKE)
+    assert choose_precision("bf16", "cpu").reason == "asked for"
+    assert choose_precision("fp32", "cpu", measure=never_measured).name == "fp32"
+    with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'bf16', 'fp32'\], got 'fp16'"):
+        choose_precision("fp16", "cpu")
+
+
+def test_cuda_auto_follows_bf16_support_without_measuring(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    assert choose_precision("auto", "cuda", measure=never_measured).name == "bf16"
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: False)
+    chosen = choose_precision("auto", "cuda:0", measure=never_measured)
+    assert chosen.name == "fp32" and "no bf16 support" in chosen.reason
+
+
+def test_record_names_precision_reason_and_device():
+    record = Precision("fp32", "asked for", torch.device("cpu")).record()
+    assert record == {"precision": "fp32", "precision_reason": "asked for", "device": "cpu"}
+
+
+def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 avx512_bf16\nbugs\t\t: none\n")
+    monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
+    precision.cpu_flags.cache_clear()
+    try:
+        assert precision.native_bf16_units() == ["amx_bf16", "avx512_bf16"]
+        monkeypatch.setattr(precision, "CPUINFO", tmp_path / "missing")
+        precision.cpu_flags.cache_clear()
+        assert precision.native_bf16_units() == []
+    finally:
+        precision.cpu_flags.cache_clear()
+
+
+@needs_cuda
+def test_cuda_inference_runs_in_bf16_and_records_the_gpu():
+    model = torch.nn.Linear(2, 3).cuda()
+    model.config = type("Config", (), {"in_chans": 1, "img_size": (2, 2)})()
+    chosen = inference_precision("auto", model, batch_size=8)
+    assert chosen.name == "bf16" and chosen.record()["device"].startswith("cuda:")
+    with chosen.autocast():
+        assert model(torch.randn(8, 2, device="cuda")).dtype == torch.bfloat16
