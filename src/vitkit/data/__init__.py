@@ -7,7 +7,7 @@ from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .batch import Batch
 from .hf import HFSource
-from .pipeline import Source, TrainBatches, eval_batches
+from .pipeline import Source, TrainBatches, eval_batches, gather_images
 from .shards import ShardSource
 from .sources import ImageDataset, load_dataset
 from .spec import open_source
@@ -29,6 +29,7 @@ __all__ = [
     "decode_image",
     "eval_batches",
     "eval_transform",
+    "gather_images",
     "global_batch_indices",
     "hold_out",
     "load_dataset",

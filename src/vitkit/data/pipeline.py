@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
@@ -24,9 +25,10 @@ from .lazy import LazySource
 from .shards import ShardChunks, ShardSource, ShardSteps
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .sources import ImageDataset
-from .transforms import TrainTransform, adapt_channels, eval_transform
+from .transforms import TrainTransform, adapt_channels, eval_transform, resize_centre_crop
 
 Source = ImageDataset | LazySource | ShardSource
+GATHER_SIDE = 256  # few-shot images of mixed sizes: shorter side to this, centre square kept
 Preprocess = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (uint8 [1, C, H, W], index [1]) -> [1, ...]
 
 
@@ -195,3 +197,23 @@ def eval_batches(
     for batch in loader(source, items, device.type == "cuda"):
         check_skipped(source, batch)
         yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)
+
+
+def gather_images(source: Source, indices: np.ndarray | torch.Tensor, side: int = GATHER_SIDE) -> torch.Tensor:
+    """The images `indices` as one uint8 tensor [n, C, H, W] (few-shot's small subsets, held in memory).
+
+    In-memory sources are indexed. Images read per sample keep their size when all share one; otherwise each is
+    resized (shorter side) to `side` and centre-cropped to a square, rounded back to uint8. Unreadable images
+    are one-line errors: a few-shot subset is drawn by label and cannot skip one.
+    """
+    indices = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+    if isinstance(source, ShardSource):
+        raise ValueError(f"few-shot evaluation needs an indexable source (in memory, folder:, hf:); {source.source} "
+                         "is a stream")  # fmt: skip
+    if not isinstance(source, LazySource):
+        return torch.as_tensor(source.images)[indices]
+    images = [source.read(int(index)) for index in indices]
+    if len({image.shape for image in images}) > 1:
+        images = [resize_centre_crop(image[None].float(), (side, side)).round().clamp(0, 255).to(torch.uint8)[0]
+                  for image in images]  # fmt: skip
+    return torch.stack(images) if images else torch.empty(0, 3, side, side, dtype=torch.uint8)

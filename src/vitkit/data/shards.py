@@ -87,6 +87,14 @@ class ShardSource:
     def __len__(self) -> int:
         return int(self.offsets[-1])
 
+    @property
+    def labels(self) -> torch.Tensor:
+        """Not known without reading every shard: what needs per-sample labels needs an indexable source."""
+        raise ValueError(
+            f"{self.source} is read as a stream; per-sample labels (data.train_subset, data.val_split, few-shot) "
+            "need an indexable data.source (in memory, folder:, hf:)"
+        )
+
     def samples(self, shard: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
         """(index in the split, member name, image bytes or None, label or None) of each sample of a shard, in
         order; a shard shorter than dataset.json says, or not a tar file, raises a one-line ValueError."""

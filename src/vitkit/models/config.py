@@ -55,9 +55,9 @@ class ViTConfig:
         if self.resnet_layers is not None:
             _check_sizes("resnet_layers", self.resnet_layers, pair=False)
             self.resnet_layers = tuple(int(n) for n in self.resnet_layers)
-        _check_choice("classifier", self.classifier, CLASSIFIERS)
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("pos_embed", self.pos_embed, POS_EMBEDS)
+        check_choice("classifier", self.classifier, CLASSIFIERS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("pos_embed", self.pos_embed, POS_EMBEDS)
         for name in ("hidden_size", "depth", "num_heads", "mlp_dim", "in_chans"):
             _check_int(name, getattr(self, name), 1)
         _check_int("num_classes", self.num_classes, 0)
@@ -85,9 +85,7 @@ class ViTConfig:
     @property
     def backbone_stride(self) -> int:
         """Downsampling of the ResNet in front of the patch embedding (1 for a plain ViT)."""
-        if self.resnet_layers is None:
-            return 1
-        return 4 * 2 ** max(len(self.resnet_layers) - 1, 0)
+        return resnet_stride(self.resnet_layers)
 
     @property
     def input_stride(self) -> int:
@@ -151,7 +149,14 @@ def config_from_dict(data: dict[str, Any], **overrides: Any) -> ViTConfig | ResN
     return cls(**data)
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def resnet_stride(resnet_layers: tuple[int, ...] | None) -> int:
+    """Downsampling of a hybrid's ResNet v1 with `resnet_layers` units per stage: 4 for the stem (7x7/2 conv,
+    3x3/2 max-pool), 2 more per stage after the first; 1 without a ResNet."""
+    return 1 if resnet_layers is None else 4 * 2 ** max(len(resnet_layers) - 1, 0)
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    """A ValueError naming `name` unless `value` is one of `choices`."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
 

@@ -147,8 +147,6 @@ def _train(
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
     # would need every rank, is refused).
     fewshot = None
-    if t.fewshot_every and not isinstance(labelled, ImageDataset):
-        raise ValueError(f"train.fewshot_every needs a data.source held in memory; {data.source!r} is read per image")
     if t.fewshot_every and rank == 0:
         fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
@@ -269,10 +267,10 @@ class TrainStep:
         self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
-        if device.type == "cpu":
+        t = config.train
+        if device.type == "cpu" and t.keep_freed_memory:
             keep_freed_memory()  # the step's freed activations and gradients stay in the process for the next
         self.rank, self.world_size = world()
-        t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
         self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
                                     self.world_size)  # fmt: skip
