@@ -5,6 +5,7 @@
     vitkit bench resolution --models ViT-S/16,ViT-B/16 --sizes 160,224,288,384 --plot out.png   # Appendix D.5
     vitkit bench memory     --model ViT-B/16 --batch-size 32                # gradient-checkpointing saving
     vitkit bench train      --rounds 5 [--config R.toml] [--processes 2]    # training step vs timm (wall clock)
+    vitkit bench precision  --model ViT-S/16 --batch-size 32                # training step bf16 vs fp32, auto
 
 Each benchmark is a module of vitkit.bench listed in BENCHMARKS: NAME, HELP, COLUMNS (None: every key of the
 rows), add_arguments(parser) for its own options, and run(args, log) -> rows. The options below are everyone's.
@@ -18,11 +19,11 @@ import sys
 
 import torch
 
-from vitkit.bench import batch, checkpointing, inference, resolution, training
+from vitkit.bench import batch, checkpointing, inference, resolution, train_precision, training
 from vitkit.bench.table import environment, format_table
 
 HELP = "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep, training step"
-BENCHMARKS = (inference, batch, resolution, checkpointing, training)
+BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_precision)
 
 
 def _common_options() -> argparse.ArgumentParser:
