@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from vitkit.bench.candidates import synchronize
-from vitkit.bench.options import add_bench_device
+from vitkit.bench.options import add_bench_device, auto_label
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
@@ -30,8 +30,11 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="the recipe (TOML) whose model and data to time "
-                        "(default: the default recipe)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="the recipe (TOML) whose model and data to time (default: the default recipe)",
+    )
     parser.add_argument("--model", default=None, help="replace the recipe's model, e.g. ViT-S/16 (at 224)")
     parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's train.batch_size")
     parser.add_argument("--steps", type=int, default=3, help="steps per round per precision (default 3)")
@@ -39,8 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    return training_precision(args.model, args.batch_size, args.config, args.rounds, args.steps, args.device, log,
-                              args.gemm_size)
+    return training_precision(
+        args.model, args.batch_size, args.config, args.rounds, args.steps, args.device, log, args.gemm_size
+    )
 
 
 def training_precision(
@@ -61,27 +65,45 @@ def training_precision(
     dataset = on_device(workload.dataset, target)
     model = workload.model.to(target)
     b = config.train.batch_size
-    flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)  # fwd + bwd
+    flops = 3.0 * count_flops(
+        model, (model.config.in_chans, *model.config.img_size), batch_size=b
+    )  # fwd + bwd
     candidates: dict[str, Callable[[], object]] = {}
     for name, dtype in DTYPES.items():
         step = build_train_step(config, dataset, copy.deepcopy(model).train(), target, dtype, "none")
         candidates[name] = _steps(step, steps, target)
-        candidates[f"gemm {name}"], gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32, device=target)
+        candidates[f"gemm {name}"], gemm_flops = gemm_candidate(
+            gemm_size, dtype=dtype or torch.float32, device=target
+        )
     results = alternate(candidates, rounds=rounds, warmup=1, on_round=round_logger(log, rounds, 2))
     rows = []
     for name in DTYPES:
         r, g = results[name], results[f"gemm {name}"]
         r.images, r.flops, g.flops = b * steps, flops * steps, gemm_flops
         lo, hi = ratio_range(results, name, "fp32")
-        rows.append({"precision": name, "images/s": r.images_per_s, "GFLOP/s": r.gflops_per_s,
-                     "MFU": mfu(results, name, f"gemm {name}"), "vs fp32": paired_ratio(results, name, "fp32"),
-                     "ratio range": f"{lo:.2f}-{hi:.2f}", "spread": r.spread})
+        rows.append(
+            {
+                "precision": name,
+                "images/s": r.images_per_s,
+                "GFLOP/s": r.gflops_per_s,
+                "MFU": mfu(results, name, f"gemm {name}"),
+                "vs fp32": paired_ratio(results, name, "fp32"),
+                "ratio range": f"{lo:.2f}-{hi:.2f}",
+                "spread": r.spread,
+            }
+        )
     for name in DTYPES:
         g = results[f"gemm {name}"]
-        rows.append({"precision": f"GEMM {gemm_size}^3 {name} (ceiling)", "GFLOP/s": g.gflops_per_s, "spread": g.spread})
+        rows.append(
+            {
+                "precision": f"GEMM {gemm_size}^3 {name} (ceiling)",
+                "GFLOP/s": g.gflops_per_s,
+                "spread": g.spread,
+            }
+        )
     config.train.precision = "auto"
     chosen: Precision = run_precision(config, model.train(), dataset, b, target, None)
-    rows.append({"precision": f"auto picks {chosen.name}: {chosen.reason} [{chosen.record()['device']}]"})
+    rows.append({"precision": auto_label(chosen)})
     desc = f"{config.model.name} {count_parameters(model) / 1e6:.2f}M at {model.config.img_size[0]}"
     for row in rows:
         row.update(model=desc, batch=b)
