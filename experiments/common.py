@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")  # what decides CPU speed and bf16 here
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 TINY_VIT = ("model.hidden_size=32", "model.depth=1", "model.num_heads=2", "model.mlp_dim=64")
+TINY_RUN = ("train.batch_size=32", "train.log_every=1")  # with --tiny, for every family
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from experiments.common import (
     CONFIGS,
     HYBRID,
     RESNET,
+    TINY_RUN,
     VIT,
     Family,
     mean_std,
@@ -62,7 +63,7 @@ def run_args(family: Family, size: int, seed: int, steps: int, args: Any) -> lis
         f"train.processes={args.processes}",
     ]
     if args.tiny:
-        out += [*family.tiny, "train.batch_size=32", "train.fewshot_num_test=200", "train.log_every=1"]
+        out += [*family.tiny, *TINY_RUN, "train.fewshot_num_test=200"]
     return out
 
 
@@ -123,8 +124,10 @@ def main(argv: list[str] | None = None) -> Path:
     ):
         for family in FAMILIES:
             samples = [[100 * r[key] for r in reports[(family.name, size)]] for size in sizes]
-            plot_spread(ax, sizes, samples, f"{family.name} ({flops[family.name]:.0f} MFLOPs)")
+            plot_spread(ax, sizes, samples, f"{family.name} ({flops[family.name]:.1f} MFLOPs)")
         ax.set(xscale="log", xlabel="labelled training images", ylabel=f"{label} (%)", title=label)
+        ax.set_xticks(sizes, [f"{size:,}" for size in sizes], minor=False)
+        ax.minorticks_off()
         ax.grid(alpha=0.3)
     axes[0].legend()
     figure.suptitle("Fashion-MNIST: accuracy against data size at equal compute per size")

@@ -20,6 +20,7 @@ import torch
 import vitkit
 from experiments.common import (
     CONFIGS,
+    TINY_RUN,
     VIT,
     mean_std,
     parser,
@@ -63,7 +64,8 @@ def pretrain(out: Path, arm: str, args: Any) -> Path:
 
 
 def tiny_args(args: Any) -> list[str]:
-    return [*VIT.tiny, "train.batch_size=32", "train.log_every=1"] if args.tiny else []
+    """The tiny ViT of `--tiny` for the runs that build the architecture (fine-tuning takes the source's)."""
+    return [*VIT.tiny, *TINY_RUN] if args.tiny else []
 
 
 def initialisation(out: Path, like: Path) -> Path:
@@ -80,18 +82,8 @@ def fewshot(out: Path, arm: str, weights: Path, seeds: int) -> dict[str, Any]:
     path = out / f"fewshot_{arm}.json"
     if not path.is_file():
         shots = ",".join(map(str, SHOTS))
-        argv = [
-            "fewshot",
-            "--weights",
-            str(weights),
-            "--data",
-            "digits",
-            "--shots",
-            shots,
-            "--seeds",
-            str(seeds),
-        ]
-        vitkit_command([*argv, "--out", str(path)], path)
+        argv = ["fewshot", "--weights", str(weights), "--data", "digits", "--shots", shots]
+        vitkit_command([*argv, "--seeds", str(seeds), "--out", str(path)], path)
     return json.loads(path.read_text())
 
 
@@ -113,10 +105,7 @@ def main(argv: list[str] | None = None) -> Path:
             run_vitkit("train", out / f"scratch_s{seed}", [*common, *tiny_args(args)])
         )
         for arm, source in sources.items():
-            tiny = (
-                ["train.batch_size=32", "train.log_every=1"] if args.tiny else []
-            )  # the architecture is the source's
-            run_args = ["--weights", str(source), *common, *tiny]
+            run_args = ["--weights", str(source), *common, *(TINY_RUN if args.tiny else ())]
             finetuned[arm].append(run_vitkit("finetune", out / f"{arm}_s{seed}", run_args))
     features = {"scratch": initialisation(out, sources["supervised"]), **sources}
     shots = {arm: fewshot(out, arm, weights, args.fewshot_seeds) for arm, weights in features.items()}

@@ -21,6 +21,7 @@ import matplotlib.pyplot as plt
 from experiments.common import (
     CONFIGS,
     RESNET,
+    TINY_RUN,
     VIT,
     Family,
     evaluations,
@@ -47,7 +48,7 @@ def common_args(model: Family, args: Any) -> list[str]:
         f"train.processes={args.processes}",
         f"data.val_split={args.val_split}",
     ]
-    return out + ([*model.tiny, "train.batch_size=32", "train.log_every=1"] if args.tiny else [])
+    return out + ([*model.tiny, *TINY_RUN] if args.tiny else [])
 
 
 def sized_steps(model: Family, args: Any) -> int:

@@ -1,4 +1,5 @@
-"""Tiny image collections written to disk for the data tests: the synthetic dataset as PNG class folders."""
+"""Tiny image collections written to disk for the data tests: the synthetic dataset as PNG class folders, and
+those packed as WebDataset shards or a Hugging Face dataset."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 import torch
 from PIL import Image
 
-from vitkit.data import ImageDataset, LazySource
+from vitkit.data import FolderSource, ImageDataset, LazySource, TrainBatches
+from vitkit.data.pack import pack
 from vitkit.data.sources import make_synthetic
 
 SIZES = {"train": 60, "test": 20}
@@ -29,3 +31,18 @@ def in_memory(source: LazySource, channels: int) -> ImageDataset:
     order held in memory: what a lazy source must reproduce exactly."""
     images = torch.stack([source.read(i, channels) for i in range(len(source))])
     return ImageDataset(images, source.labels.clone(), list(source.classes), f"in memory: {source.source}")
+
+
+def write_packed(folder: Path, out: Path, fmt: str, shard_images: int = 1000) -> Path:
+    """The folder's splits packed as `fmt` ('wds' or 'hf') with `vitkit data pack`'s writer."""
+    pack({split: FolderSource(folder, split) for split in ("train", "test")}, out, fmt, shard_images)
+    return out
+
+
+def take_steps(source, transform, *, seed=0, start=0, stop=10, rank=0, world_size=1, batch_size=12) -> list:
+    """The batches of steps start..stop-1 on `rank`, as the engine asks for them (on the CPU)."""
+    batches = TrainBatches(source, transform, batch_size, seed, stop, torch.device("cpu"), rank, world_size)
+    try:
+        return [batches(step) for step in range(start, stop)]
+    finally:
+        batches.close()

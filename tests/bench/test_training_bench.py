@@ -37,7 +37,7 @@ def recipe(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_engine_in_two_processes_trains_like_the_engine_in_one(recipe):
-    setup = (None, None, recipe)
+    setup = (None, recipe)
     one_process = training.engine_step(training.Workload.load(*setup), compile=False)
     expected = [one_process() for _ in range(4)]
     workers = training.StepProcesses(2, threads=1, steps=1, build=(training.engine_in_worker, setup, False))

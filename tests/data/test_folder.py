@@ -11,7 +11,15 @@ import torch
 from image_collections import write_folder
 from PIL import Image
 
-from vitkit.data import FolderSource, ImageDecodeError, TrainBatches, TrainTransform, eval_batches, open_source
+from vitkit.data import (
+    FolderSource,
+    ImageDecodeError,
+    TrainBatches,
+    TrainTransform,
+    eval_batches,
+    gather_images,
+    open_source,
+)
 
 
 def make_folder(root: Path) -> dict[str, Path]:
@@ -71,6 +79,13 @@ def test_val_split_of_mixed_sizes_is_resized_and_centre_cropped(tmp_path):
     (batch,) = eval_batches(source, [torch.arange(2)], (16, 16), 3, torch.device("cpu"))
     assert batch.images.shape == (2, 3, 16, 16)
     assert torch.allclose(batch.images[:, 0], torch.tensor(200 / 127.5 - 1))
+
+
+def test_few_shot_images_of_mixed_sizes_are_brought_to_one_square(tmp_path):
+    make_folder(tmp_path)
+    images = gather_images(FolderSource(tmp_path, "test"), [0, 1])  # 30x20 and 12x10 files
+    assert images.shape == (2, 3, 256, 256) and images.dtype == torch.uint8
+    assert images[:, 0].float().mean() == pytest.approx(200, abs=1)
 
 
 def test_unreadable_images_stop_the_run_or_are_skipped_and_listed(tmp_path):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from image_collections import in_memory, write_folder
+from image_collections import in_memory, take_steps, write_folder
 
-from vitkit.data import FolderSource, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
+from vitkit.data import FolderSource, TrainTransform, eval_batches, steps_per_epoch
+from vitkit.evaluate.fewshot import FewShotEvaluator
+from vitkit.models import create_model
 
 CPU = torch.device("cpu")
 
@@ -17,13 +19,8 @@ def folder(tmp_path_factory):
     return write_folder(tmp_path_factory.mktemp("folder"))
 
 
-def batches(source, *, rank=0, world_size=1, batch_size=12, crop="inception", start=0, stop=10, size=28):
-    transform = TrainTransform(size, crop=crop, seed=3, in_chans=1)
-    stream = TrainBatches(source, transform, batch_size, 3, stop, CPU, rank, world_size)
-    try:
-        return [stream(step) for step in range(start, stop)]
-    finally:
-        stream.close()
+def batches(source, *, crop="inception", size=28, **steps):
+    return take_steps(source, TrainTransform(size, crop=crop, seed=3, in_chans=1), seed=3, **steps)
 
 
 @pytest.mark.parametrize("workers", [0, 1, 2])
@@ -65,3 +62,12 @@ def test_eval_batches_equal_the_same_images_in_memory(folder):
     for a, b in zip(eval_batches(lazy, chunks, (24, 24), 3, CPU), memory, strict=True):
         assert a.images.shape == b.images.shape and torch.equal(a.images, b.images)
         assert torch.equal(a.labels, b.labels)
+
+
+def test_few_shot_reads_a_folder_as_the_same_images_in_memory(folder):
+    train, test = FolderSource(folder, "train"), FolderSource(folder, "test")
+    model = create_model("ViT-Ti/16", img_size=32, patch_size=8, hidden_size=32, depth=1, num_heads=2, mlp_dim=64)
+    lazy = FewShotEvaluator(train, test, shots=(2,), seeds=1)
+    memory = FewShotEvaluator(in_memory(train, channels=3), in_memory(test, channels=3), shots=(2,), seeds=1)
+    assert torch.equal(lazy.train_images, memory.train_images) and torch.equal(lazy.test_images, memory.test_images)
+    assert lazy(model) == memory(model)

@@ -13,9 +13,11 @@ import resource, sys, torch
 from vitkit.train.allocator import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
-if sys.argv[1] == "engine":  # the engine's TrainStep, built as vitkit train and vitkit bench train build it
-    from vitkit.bench.training import engine_in_worker
-    engine_in_worker((None, 32, None), False)
+if sys.argv[1].startswith("engine"):  # the engine's TrainStep, built as vitkit train and vitkit bench train build it
+    from vitkit.bench.training import Workload, engine_step
+    workload = Workload.load(batch_size=32)
+    workload.config.train.keep_freed_memory = sys.argv[1] == "engine"  # "engine-off": the recipe switch off
+    engine_step(workload, False)
 def step():
     torch.ones(12 << 20).sum()  # 48 MiB: above glibc's largest dynamic mmap threshold
 step()
@@ -43,5 +45,7 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again():
 
 @pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
-def test_the_engines_training_step_keeps_freed_memory():
-    assert page_faults_per_step("engine") < (48 << 20) // 4096 / 100
+def test_the_engines_training_step_keeps_freed_memory_unless_the_recipe_says_not_to():
+    pages = (48 << 20) // 4096
+    assert page_faults_per_step("engine") < pages / 100
+    assert page_faults_per_step("engine-off") > pages / 2

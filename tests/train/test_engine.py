@@ -127,6 +127,10 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
     code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
     error = capsys.readouterr().err
     assert code == 2 and str(bad) in error and len(error.strip().splitlines()) == 1
+    assert cli.main(["train", "--out", str(tmp_path / "skip"), "--steps", "4", *args, "data.on_corrupt=skip"]) == 0
+    report = json.loads((tmp_path / "skip" / "report.json").read_text())
+    assert [line.split(": ")[0] for line in report["skipped_images"]] == [str(bad)] * 4  # read each step
+    assert f"skipped unreadable image {bad}" in capsys.readouterr().out + capsys.readouterr().err
 
 
 @pytest.mark.slow

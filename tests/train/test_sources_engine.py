@@ -1,5 +1,6 @@
-"""Training on a lazily read source: the losses and weights of the same images held in memory, bitwise, and a
-resume that changes data.workers ends bitwise where the uninterrupted run ends."""
+"""Training on a source read per image: a folder's and a Hugging Face dataset's losses and weights equal those of
+the same images held in memory, bitwise; a resume that changes data.workers ends bitwise where the uninterrupted
+run ends; shard streams train and refuse a resume that would read them differently."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import shutil
 
 import pytest
-from image_collections import in_memory, write_folder
+from image_collections import in_memory, write_folder, write_packed
 from test_resume import assert_bitwise_equal
 
 from vitkit import cli
@@ -23,25 +24,48 @@ def folder(tmp_path_factory):
     return write_folder(tmp_path_factory.mktemp("folder"))
 
 
+@pytest.fixture(scope="module")
+def memory_run(tmp_path_factory, folder, tiny):
+    """The tiny recipe on the folder's images held in memory (decoded for the 1-channel ViT)."""
+    out = tmp_path_factory.mktemp("memory") / "run"
+    memory = {split: in_memory(FolderSource(folder, split), channels=1) for split in ("train", "test")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "open_source", lambda spec, split, *args, **kwargs: memory[split])
+        assert train(out, folder, tiny) == 0
+    return out
+
+
 def losses(run):
     return [line["train_loss"] for line in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
             if "train_loss" in line]  # fmt: skip
 
 
 def train(out, folder, tiny, *extra):
-    args = ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "3", *tiny]
-    return cli.main([*args, "train.batch_size=12", "data.crop=inception", f"data.source=folder:{folder}", *extra])
+    args = ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "3", *tiny, "train.batch_size=12"]
+    return cli.main([*args, "data.crop=inception", f"data.source=folder:{folder}", *extra])
 
 
-def test_folder_run_equals_the_in_memory_run_bitwise(tmp_path, folder, tiny, monkeypatch):
-    assert train(tmp_path / "folder", folder, tiny, "data.workers=2") == 0
-    memory = {split: in_memory(FolderSource(folder, split), channels=1) for split in ("train", "test")}  # 1-channel ViT
-    monkeypatch.setattr(engine, "open_source", lambda spec, split, *args, **kwargs: memory[split])
-    assert train(tmp_path / "memory", folder, tiny) == 0
-    assert losses(tmp_path / "folder") == losses(tmp_path / "memory") and len(losses(tmp_path / "folder")) == STEPS
-    assert_bitwise_equal(tmp_path / "folder/final/model.safetensors", tmp_path / "memory/final/model.safetensors")
-    report = json.loads((tmp_path / "folder/report.json").read_text())
+@pytest.mark.parametrize("kind", ["folder", pytest.param("hf", marks=pytest.mark.slow)])  # hf batches: tests/data
+def test_run_equals_the_in_memory_run_bitwise(tmp_path, folder, memory_run, tiny, kind):
+    if kind == "hf":
+        pytest.importorskip("datasets")
+    source = f"{kind}:{folder if kind == 'folder' else write_packed(folder, tmp_path / 'hf', 'hf')}"
+    assert train(tmp_path / "run", folder, tiny, "data.workers=2", f"data.source={source}") == 0
+    assert losses(tmp_path / "run") == losses(memory_run) and len(losses(memory_run)) == STEPS
+    assert_bitwise_equal(tmp_path / "run/final/model.safetensors", memory_run / "final/model.safetensors")
+    report = json.loads((tmp_path / "run/report.json").read_text())
     assert report["skipped_images"] == [] and "decoded per sample" in report["train_data"]
+
+
+@pytest.mark.slow  # two runs; tests/data/test_shards.py checks the streams themselves in the fast suite
+def test_shard_streams_train_and_resume_only_as_they_were_read(tmp_path, folder, tiny, capsys):
+    shards = write_packed(folder, tmp_path / "wds", "wds", shard_images=5)
+    out = tmp_path / "run"
+    assert train(out, folder, tiny, f"data.source=wds:{shards}", "data.workers=2") == 0
+    assert len(losses(out)) == STEPS and json.loads((out / "report.json").read_text())["test_images"] == 20
+    shutil.rmtree(out / FINAL)
+    assert train(out, folder, tiny, f"data.source=wds:{shards}", "data.workers=1", "--resume") == 2
+    assert "read its shards as 2 streams (ranks x data.workers) and would now read 1" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # two runs; tests/data/test_pipeline.py checks the batches themselves in the fast suite

@@ -42,7 +42,7 @@ from vitkit.flops import count_flops, count_parameters
 from vitkit.train.allocator import keep_freed_memory
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
-from vitkit.train.recipe import ModelSection, RunConfig, load_config
+from vitkit.train.recipe import RunConfig, load_config
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"
@@ -73,11 +73,9 @@ class Workload:
     model: nn.Module
 
     @classmethod
-    def load(cls, model_name: str | None = None, batch_size: int | None = None, recipe: str | None = None) -> Workload:
-        """The default recipe, or the TOML file `recipe`, with its model and batch size optionally replaced."""
+    def load(cls, batch_size: int | None = None, recipe: str | None = None) -> Workload:
+        """The default recipe, or the TOML file `recipe`, its batch size optionally replaced."""
         config = load_config(recipe, RunConfig()) if recipe else RunConfig()
-        if model_name:
-            config.model = ModelSection(name=model_name)
         if batch_size:
             config.train.batch_size = batch_size
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
@@ -206,7 +204,6 @@ def timm_in_worker(setup: tuple, data: str, keep_memory: bool) -> Callable[[], f
 
 
 def training_vs_timm(
-    model_name: str | None = None,
     batch_size: int | None = None,
     rounds: int = 5,
     steps: int = 10,
@@ -219,7 +216,7 @@ def training_vs_timm(
     and in `processes` one-thread processes when > 1) and of the plain timm loop, every candidate in processes
     of its own, alternated `steps` steps at a time on the wall clock, with the training FLOPs (3x forward) as a
     fraction of a GEMM ceiling measured here. `recipe` (a TOML file) replaces the default recipe."""
-    setup = (model_name, batch_size, recipe)
+    setup = (batch_size, recipe)
     workload = Workload.load(*setup)
     config, model = workload.config, workload.model
     b = config.train.batch_size

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from vitkit import load_weights
-from vitkit.data import load_dataset
+from vitkit.data import open_source
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.precision import add_precision_argument, inference_precision
 
@@ -48,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", required=True, help="weights: any format vitkit.load_weights reads, run directories too"
     )
-    parser.add_argument("--data", default="fashion_mnist", help="dataset name or ImageFolder directory")
+    parser.add_argument("--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH")
     parser.add_argument("--data-dir", default=None, help="where the named dataset's files are")
     parser.add_argument(
         "--shots", type=_int_list, default=[1, 5, 10, 25], help="comma-separated (default 1,5,10,25)"
@@ -68,8 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     model = load_weights(args.weights)
     model.to(torch.device(args.device))
-    train = load_dataset(args.data, "train", data_dir=args.data_dir)
-    test = load_dataset(args.data, "test", data_dir=args.data_dir)
+    train = open_source(args.data, "train", args.data_dir)
+    test = open_source(args.data, "test", args.data_dir)
     precision = inference_precision(args.precision, model, args.batch_size)
     evaluator = FewShotEvaluator(
         train, test, shots=args.shots, seeds=args.seeds, l2=args.l2, num_test=args.num_test,

@@ -24,5 +24,5 @@ def run(args: argparse.Namespace) -> int:
         model = create_model(name, device="meta", num_classes=args.num_classes)
         size = model.config.img_size
         gflops = count_flops(model, (model.config.in_chans, *size)) / 1e9
-        print(f"{name:<16} {MODELS[name].aliases[0]:<26} {count_parameters(model):>14,} {gflops:>9.2f}")
+        print(f"{name:<16} {next(iter(MODELS[name].aliases), '-'):<26} {count_parameters(model):>14,} {gflops:>9.2f}")
     return 0

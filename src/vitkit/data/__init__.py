@@ -5,7 +5,10 @@ from .folder import FolderSource
 from .decode import ImageDecodeError, decode_image
 from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
-from .pipeline import Batch, Source, TrainBatches, eval_batches
+from .batch import Batch
+from .hf import HFSource
+from .pipeline import Source, TrainBatches, eval_batches, gather_images
+from .shards import ShardSource
 from .sources import ImageDataset, load_dataset
 from .spec import open_source
 from .subset import balanced_subset, hold_out
@@ -14,9 +17,11 @@ from .transforms import TrainTransform, eval_transform
 __all__ = [
     "Batch",
     "FolderSource",
+    "HFSource",
     "ImageDecodeError",
     "ImageDataset",
     "LazySource",
+    "ShardSource",
     "Source",
     "TrainBatches",
     "TrainTransform",
@@ -24,6 +29,7 @@ __all__ = [
     "decode_image",
     "eval_batches",
     "eval_transform",
+    "gather_images",
     "global_batch_indices",
     "hold_out",
     "load_dataset",

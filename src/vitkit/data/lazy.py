@@ -49,16 +49,18 @@ class LazySource:
     def __len__(self) -> int:
         return len(self.labels)
 
+    def encoded(self, index: int) -> bytes:
+        """Sample `index`'s encoded bytes (the file's, the row's); ImageDecodeError naming it if unreadable."""
+        position = int(self.positions[index])
+        try:
+            return self._bytes(position)
+        except OSError as err:
+            raise ImageDecodeError(f"{self._name(position)}: cannot read ({err.strerror or err})") from None
+
     def read(self, index: int, channels: int = 3) -> torch.Tensor:
         """Sample `index` as uint8 [channels, H, W] by vitkit.data.decode's rule; ImageDecodeError (naming the
         file or row) if it cannot be read or decoded."""
-        position = int(self.positions[index])
-        name = self._name(position)
-        try:
-            data = self._bytes(position)
-        except OSError as err:
-            raise ImageDecodeError(f"{name}: cannot read ({err.strerror or err})") from None
-        return decode_image(data, name=name, channels=channels)
+        return decode_image(self.encoded(index), name=self.name(index), channels=channels)
 
     def name(self, index: int) -> str:
         """Where sample `index` comes from (path or row), for messages."""

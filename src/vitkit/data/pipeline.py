@@ -14,31 +14,22 @@ takes the same functions on whole batches, which give the same pixels (tests/dat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from .batch import Batch
 from .decode import ImageDecodeError
 from .lazy import LazySource
+from .shards import ShardChunks, ShardSource, ShardSteps
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .sources import ImageDataset
-from .transforms import TrainTransform, adapt_channels, eval_transform
+from .transforms import TrainTransform, adapt_channels, eval_transform, resize_centre_crop
 
-Source = ImageDataset | LazySource
+Source = ImageDataset | LazySource | ShardSource
+GATHER_SIDE = 256  # few-shot images of mixed sizes: shorter side to this, centre square kept
 Preprocess = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (uint8 [1, C, H, W], index [1]) -> [1, ...]
-
-
-@dataclass
-class Batch:
-    """Preprocessed images (float32, [-1, 1]), their labels and sample indices; images that could not be read
-    are left out and named in `skipped` (their one-line errors, which start with the file or row)."""
-
-    images: torch.Tensor
-    labels: torch.Tensor
-    indices: torch.Tensor
-    step: int = -1
-    skipped: list[str] = field(default_factory=list)
 
 
 def read_batch(source: LazySource, indices: torch.Tensor, preprocess: Preprocess, shape: tuple[int, ...]) -> Batch:
@@ -59,7 +50,10 @@ def read_batch(source: LazySource, indices: torch.Tensor, preprocess: Preprocess
 
 
 def check_skipped(source: Source, batch: Batch) -> None:
-    """Apply `on_corrupt` to the images a batch could not read: stop on the first, or record them."""
+    """Raise a source's failure; apply `on_corrupt` to the images a batch could not read: stop on the first, or
+    record them."""
+    if batch.error:
+        raise ValueError(batch.error)
     if not batch.skipped:
         return
     if source.on_corrupt == "stop":
@@ -69,7 +63,7 @@ def check_skipped(source: Source, batch: Batch) -> None:
     source.skipped += batch.skipped
 
 
-def loader(source: LazySource, dataset: Dataset, pin_memory: bool) -> DataLoader:
+def loader(source: LazySource | ShardSource, dataset: Dataset, pin_memory: bool) -> DataLoader:
     """A DataLoader over `dataset` (one item per batch) with the source's workers and prefetch depth."""
     workers = source.workers
     return DataLoader(
@@ -113,7 +107,8 @@ class TrainBatches:
     """This rank's share of each training step, called with consecutive steps (any step restarts the stream).
 
     In-memory sources: sliced and augmented on `device` (the fast path). Lazy sources: a DataLoader over
-    RankSteps keeps `workers x prefetch` steps in flight; batches arrive in pinned memory on CUDA.
+    RankSteps keeps `workers x prefetch` steps in flight; shard streams: a DataLoader over ShardSteps. Batches
+    arrive in pinned memory on CUDA.
     """
 
     def __init__(
@@ -122,12 +117,21 @@ class TrainBatches:
     ) -> None:
         self.source, self.transform, self.batch_size, self.seed = source, transform, batch_size, seed
         self.steps, self.device, self.rank, self.world_size = steps, device, rank, world_size
-        self.per_epoch = steps_per_epoch(len(source), batch_size)
+        self.shape = (transform.in_chans or 3, *transform.img_size)
+        if isinstance(source, ShardSource):
+            self.per_epoch = self._shard_steps(0).per_epoch
+        else:
+            self.per_epoch = steps_per_epoch(len(source), batch_size)
         self._stream: Iterator[Batch] | None = None
         self._next_step = -1
 
     def epoch(self, step: int) -> int:
         return step // self.per_epoch
+
+    def _shard_steps(self, start: int) -> ShardSteps:
+        rank_batch = self.batch_size // self.world_size
+        return ShardSteps(self.source, self.transform, rank_batch, self.seed, self.rank, self.world_size, start,
+                          self.steps, self.shape)  # fmt: skip
 
     def __call__(self, step: int) -> Batch:
         """The batch of `step` (labels and indices on the device too)."""
@@ -138,12 +142,17 @@ class TrainBatches:
             return Batch(images, self.source.labels[indices].to(self.device), indices, step)
         if self._stream is None or step != self._next_step:
             self.close()
-            steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank, self.world_size,
-                              step, self.steps)  # fmt: skip
+            if isinstance(self.source, ShardSource):
+                steps: Dataset = self._shard_steps(step)
+            else:
+                steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank,
+                                  self.world_size, step, self.steps)  # fmt: skip
             self._stream = iter(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
         batch = next(self._stream)
         self._next_step = step + 1
         check_skipped(self.source, batch)
+        if batch.step != step:
+            raise RuntimeError(f"the data stream gave step {batch.step + 1} for step {step + 1}")
         if not len(batch.indices):
             raise ValueError(
                 f"no image of step {step + 1}'s batch on rank {self.rank} could be read ({batch.skipped[0]})"
@@ -180,6 +189,31 @@ def eval_batches(
             images = eval_transform(source.images[chunk].to(device), img_size, in_chans)
             yield Batch(images, source.labels[chunk].to(device), chunk)
         return
-    for batch in loader(source, EvalChunks(source, chunks, img_size, in_chans), device.type == "cuda"):
+    if isinstance(source, ShardSource):  # contiguous index ranges, read from the shards that hold them
+        preprocess = lambda x: eval_transform(x, img_size, in_chans)  # noqa: E731
+        items: Dataset = ShardChunks(source, chunks, preprocess, (in_chans, *img_size))
+    else:
+        items = EvalChunks(source, chunks, img_size, in_chans)
+    for batch in loader(source, items, device.type == "cuda"):
         check_skipped(source, batch)
         yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)
+
+
+def gather_images(source: Source, indices: np.ndarray | torch.Tensor, side: int = GATHER_SIDE) -> torch.Tensor:
+    """The images `indices` as one uint8 tensor [n, C, H, W] (few-shot's small subsets, held in memory).
+
+    In-memory sources are indexed. Images read per sample keep their size when all share one; otherwise each is
+    resized (shorter side) to `side` and centre-cropped to a square, rounded back to uint8. Unreadable images
+    are one-line errors: a few-shot subset is drawn by label and cannot skip one.
+    """
+    indices = torch.as_tensor(np.asarray(indices), dtype=torch.int64)
+    if isinstance(source, ShardSource):
+        raise ValueError(f"few-shot evaluation needs an indexable source (in memory, folder:, hf:); {source.source} "
+                         "is a stream")  # fmt: skip
+    if not isinstance(source, LazySource):
+        return torch.as_tensor(source.images)[indices]
+    images = [source.read(int(index)) for index in indices]
+    if len({image.shape for image in images}) > 1:
+        images = [resize_centre_crop(image[None].float(), (side, side)).round().clamp(0, 255).to(torch.uint8)[0]
+                  for image in images]  # fmt: skip
+    return torch.stack(images) if images else torch.empty(0, 3, side, side, dtype=torch.uint8)

@@ -12,17 +12,19 @@ import os
 from pathlib import Path
 
 from .folder import FolderSource
+from .hf import HFSource
 from .lazy import LazySource
+from .shards import ShardSource
 from .sources import NAMES, ImageDataset, load_dataset
 
-READERS = {"folder": FolderSource}
+READERS = {"folder": FolderSource, "hf": HFSource, "wds": ShardSource}
 PREFIXES = tuple(f"{kind}:" for kind in READERS)
 
 
 def open_source(
     spec: str, split: str, data_dir: str | None = None, *, on_corrupt: str = "stop", workers: int = 0,
     prefetch: int = 2,
-) -> ImageDataset | LazySource:
+) -> ImageDataset | LazySource | ShardSource:
     """One split ('train' or 'test') of the source `spec` names; `workers`, `prefetch` and `on_corrupt` say how a
     lazy source is read (in-memory datasets are decoded at once and ignore `workers`)."""
     options = dict(on_corrupt=on_corrupt, workers=workers, prefetch=prefetch)

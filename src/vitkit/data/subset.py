@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .lazy import LazySource
+from .shards import ShardSource
 from .sources import ImageDataset
 
 
@@ -13,6 +14,8 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
     """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more
     for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
     errors."""
+    if isinstance(dataset, ShardSource):
+        raise ValueError(f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.source} is a stream")
     num_classes = len(dataset.classes)
     if not num_classes <= size <= len(dataset):
         raise ValueError(

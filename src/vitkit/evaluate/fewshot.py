@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vitkit.data import eval_transform
+from vitkit.data import eval_transform, gather_images
 
 BIAS_CONSTANT = 100.0
 STD_EPS = 1e-5
@@ -357,20 +357,19 @@ class FewShotEvaluator:
         self.subsets = {
             s: {k: np.searchsorted(used, idx) for k, idx in per.items()} for s, per in subsets.items()
         }
-        self.train_images = torch.as_tensor(train_dataset.images)[torch.as_tensor(used)]
+        self.train_images = gather_images(train_dataset, used)
         self.train_labels = train_labels[used]
         test_labels = np.asarray(torch.as_tensor(test_dataset.labels).cpu(), dtype=np.int64)
-        test_images = torch.as_tensor(test_dataset.images)
+        keep = np.arange(len(test_labels))
         if num_test is not None:
             if num_test < 1:
                 raise ValueError(f"num_test must be positive, got {num_test}")
             if num_test < len(test_labels):
                 order = np.random.default_rng(TEST_SUBSET_SEED).permutation(len(test_labels))
                 keep = np.sort(order[:num_test])
-                test_images, test_labels = test_images[torch.as_tensor(keep)], test_labels[keep]
-        if not len(test_labels):
+        if not len(keep):
             raise ValueError("the few-shot test set is empty")
-        self.test_images, self.test_labels = test_images, test_labels
+        self.test_images, self.test_labels = gather_images(test_dataset, keep), test_labels[keep]
         self.last_extract_seconds = 0.0
 
     def features(self, model: nn.Module) -> tuple[np.ndarray, np.ndarray]:

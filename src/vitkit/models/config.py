@@ -50,9 +50,9 @@ class ViTConfig:
         self.patch_size = to_pair(self.patch_size)
         if self.resnet_layers is not None:
             self.resnet_layers = tuple(int(n) for n in self.resnet_layers)
-        _check_choice("classifier", self.classifier, CLASSIFIERS)
-        _check_choice("activation", self.activation, ACTIVATIONS)
-        _check_choice("pos_embed", self.pos_embed, POS_EMBEDS)
+        check_choice("classifier", self.classifier, CLASSIFIERS)
+        check_choice("activation", self.activation, ACTIVATIONS)
+        check_choice("pos_embed", self.pos_embed, POS_EMBEDS)
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
         if self.pos_embed == "learned_2d" and self.hidden_size % 2:
@@ -67,9 +67,7 @@ class ViTConfig:
     @property
     def backbone_stride(self) -> int:
         """Downsampling of the ResNet in front of the patch embedding (1 for a plain ViT)."""
-        if self.resnet_layers is None:
-            return 1
-        return 4 * 2 ** max(len(self.resnet_layers) - 1, 0)
+        return resnet_stride(self.resnet_layers)
 
     @property
     def input_stride(self) -> int:
@@ -129,6 +127,13 @@ def config_from_dict(data: dict[str, Any], **overrides: Any) -> ViTConfig | ResN
     return cls(**data)
 
 
-def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+def resnet_stride(resnet_layers: tuple[int, ...] | None) -> int:
+    """Downsampling of a hybrid's ResNet v1 with `resnet_layers` units per stage: 4 for the stem (7x7/2 conv,
+    3x3/2 max-pool), 2 more per stage after the first; 1 without a ResNet."""
+    return 1 if resnet_layers is None else 4 * 2 ** max(len(resnet_layers) - 1, 0)
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    """A ValueError naming `name` unless `value` is one of `choices`."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")

@@ -23,6 +23,9 @@ VIT_SIZES = {
     "H": dict(hidden_size=1280, depth=32, num_heads=16, mlp_dim=5120),
 }
 TIMM_SIZE_NAMES = {"Ti": "tiny", "S": "small", "B": "base", "L": "large", "H": "huge"}
+# Not in the paper: a ViT small enough to train on 28x28 images in minutes on a CPU (the default recipe's model,
+# with 4x4 patches: 49 tokens of a 28x28 image).
+MINI_VIT = dict(hidden_size=96, depth=4, num_heads=3, mlp_dim=192)
 # BiT baselines of §4.1: (layers per stage, width factor).
 RESNET_SIZES = {
     "R50x1": ((3, 4, 6, 3), 1),
@@ -56,6 +59,7 @@ def _vit_entries() -> list[ModelEntry]:
         timm = f"vit_{TIMM_SIZE_NAMES[size]}_r50_s{stride}_224"
         config = dict(model_type="vit", patch_size=1, resnet_layers=layers, **VIT_SIZES[size])
         entries.append(ModelEntry(f"R50+ViT-{size}/{stride}", (timm,), config))
+    entries.append(ModelEntry("ViT-Mini/4", (), dict(model_type="vit", patch_size=4, **MINI_VIT)))
     return entries
 
 

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vitkit.models.config import ResNetConfig
+from vitkit.models.config import ResNetConfig, resnet_stride
 from vitkit.storage import SavePretrainedMixin
 
 SAME_TF = "same_tf"
@@ -187,7 +187,7 @@ class ResNetV1(nn.Module):
         self.conv_root = _hybrid_conv(in_chans, width, 7, 2)
         self.gn_root = _group_norm(width, HYBRID_GN_EPS)
         self.out_channels = _add_stages(self, BottleneckV1, width, self.layers)
-        self.stride = 4 * 2 ** max(len(self.layers) - 1, 0)
+        self.stride = resnet_stride(self.layers)
 
     def _walk(self, x: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
         """The forward pass step by step: (name, NCHW output) per named step; the last is the output."""

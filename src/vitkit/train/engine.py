@@ -25,6 +25,7 @@ from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
     Batch,
     ImageDataset,
+    ShardSource,
     Source,
     TrainBatches,
     TrainTransform,
@@ -134,7 +135,9 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
-        train_set.skipped += state.get("skipped_images", [])
+        if rank == 0:  # the images every rank skipped before; checkpoints gather them from all ranks
+            train_set.skipped += state.get("skipped_images", [])
+        check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
 
     metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
@@ -156,7 +159,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             done = step + 1
             log_step = done % t.log_every == 0 or done == t.steps
             step_start = time.perf_counter()
-            skipped = len(train_set.skipped)
+            skips_before = len(train_set.skipped)
             try:
                 losses.append(done, *train_step(step, split if log_step else None))
                 # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
@@ -165,7 +168,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 last = ckpt.latest_checkpoint(run_dir)
                 kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
                 raise NonFiniteLoss(f"{error} ({kept})") from None
-            for line in train_set.skipped[skipped:]:
+            for line in train_set.skipped[skips_before:]:
                 progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
@@ -191,9 +194,14 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             if done % t.checkpoint_every == 0 or done == t.steps:
                 if metrics is not None:
                     metrics.flush()
-                state = {"wall_seconds": time.perf_counter() - clock, "train_seconds": train_seconds,
-                         "precision": precision.name, "precision_reason": precision.reason,
-                         "skipped_images": train_set.skipped}  # fmt: skip
+                state = {
+                    "wall_seconds": time.perf_counter() - clock,
+                    "train_seconds": train_seconds,
+                    "precision": precision.name,
+                    "precision_reason": precision.reason,
+                    "skipped_images": all_ranks(train_set.skipped),
+                    "data_streams": data_streams(train_set, world_size),
+                }
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
@@ -205,6 +213,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
         final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
+        read = [train_set, test_set] + ([validation] if validation is not None else [])
+        skipped = [line for source in read for line in all_ranks(source.skipped)]
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
@@ -214,7 +224,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
         if metrics is not None:
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall,
-               **precision.record(), "step_seconds": split.per_step()}
+               **precision.record(), "step_seconds": split.per_step(), "skipped_images": skipped}
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
@@ -240,10 +250,10 @@ class TrainStep:
         self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
         self.device, self.autocast_dtype = device, autocast_dtype
-        if device.type == "cpu":
+        t = config.train
+        if device.type == "cpu" and t.keep_freed_memory:
             keep_freed_memory()  # the step's freed activations and gradients stay in the process for the next
         self.rank, self.world_size = world()
-        t = config.train
         self.micro = t.micro_batch_size or t.batch_size // self.world_size
         self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
                                     self.world_size)  # fmt: skip
@@ -518,7 +528,6 @@ def finish(
         "train_data": train_set.source,
         "test_data": test_set.source,
         "test_images": len(test_set),
-        "skipped_images": train_set.skipped + test_set.skipped,
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)
@@ -560,6 +569,26 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if not isinstance(model, VisionTransformer):
         raise ValueError(f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}")
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
+
+
+def all_ranks(lines: list[str]) -> list[str]:
+    """Every rank's list (of skipped images), concatenated in rank order: collective, every rank calls it."""
+    return [line for src in range(world()[1]) for line in broadcast_object(lines, src)]
+
+
+def data_streams(train_set: Source, world_size: int) -> int | None:
+    """How many streams read a shard source (ranks x workers), which its batches depend on; None otherwise."""
+    return world_size * max(train_set.workers, 1) if isinstance(train_set, ShardSource) else None
+
+
+def check_streams(state: dict[str, Any], streams: int | None) -> None:
+    """A shard-stream run resumes exactly only with the ranks x workers it ran with (vitkit.data.shards)."""
+    saved = state.get("data_streams")
+    if saved != streams and saved is not None:
+        raise ValueError(
+            f"--resume: the run read its shards as {saved} streams (ranks x data.workers) and would now read "
+            f"{streams}; resume with the same processes and data.workers, so the batches continue exactly"
+        )
 
 
 def step_seed(seed: int, step: int, rank: int) -> int:

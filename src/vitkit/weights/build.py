@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
+from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict, resnet_stride
 from vitkit.models.posemb import resample_grid, resample_position_embedding, square_grid
 from vitkit.models.registry import build_model
 from vitkit.weights.mapping import Converted, check_fits
@@ -86,7 +86,7 @@ def infer_vit_config(state: Mapping[str, torch.Tensor], source: str, **hints: An
     hints.pop("pos_embed", None)
     if config["pos_embed"] is None:
         raise ValueError(f"{source}: no position embedding found (expected 'pos_embed.weight')")
-    stride = config["patch_size"][0] * _stride(resnet_layers)
+    stride = config["patch_size"][0] * resnet_stride(resnet_layers)
     img_size = hints.pop("img_size", None)
     if img_size is None:
         if "pos_embed.weight" not in state:
@@ -101,11 +101,6 @@ def infer_vit_config(state: Mapping[str, torch.Tensor], source: str, **hints: An
         return ViTConfig(**config, img_size=img_size, **hints)
     except ValueError as error:
         raise ValueError(f"{source}: the tensors describe no valid ViT config ({error})") from None
-
-
-def _stride(resnet_layers: tuple[int, ...] | None) -> int:
-    """ViTConfig.backbone_stride before a config exists (the image size is what it helps to find)."""
-    return 1 if resnet_layers is None else 4 * 2 ** max(len(resnet_layers) - 1, 0)
 
 
 def adapt_position_embeddings(state: dict[str, torch.Tensor], source: Config, target: Config) -> None:

@@ -143,6 +143,7 @@ def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: 
 
 def to_hf(model: nn.Module) -> nn.Module:
     """The same network in transformers (eval mode): ViTForImageClassification, or ViTModel when head-less."""
+    # transformers is optional (extras bench and test): only the conversions to and from it import it.
     from transformers import ViTConfig as HFConfig
     from transformers import ViTForImageClassification, ViTModel
 

@@ -157,6 +157,7 @@ def _check_timm_model(model: nn.Module) -> None:
 
 def from_timm(timm_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> nn.Module:
     """A vitkit VisionTransformer computing what a timm VisionTransformer (plain, GAP, hybrid) computes."""
+    # timm is optional (extras bench and test): only the conversions to and from timm import it.
     from timm.models.vision_transformer import VisionTransformer as TimmViT
 
     if not isinstance(timm_model, TimmViT):
@@ -183,6 +184,7 @@ def from_timm(timm_model: nn.Module, *, keep_pre_logits: bool = False, **overrid
 
 def _timm_backbone(config: ViTConfig) -> nn.Module:
     """timm's hybrid backbone (ResNetV2, preact=False, SAME padding) with vit_jax's GroupNorm epsilon."""
+    # timm is optional (extras bench and test): only the conversions to and from timm import it.
     from timm.layers import GroupNormAct, StdConv2dSame
     from timm.models.resnetv2 import ResNetV2
 
@@ -205,6 +207,7 @@ def _timm_backbone(config: ViTConfig) -> nn.Module:
 
 def to_timm(model: nn.Module) -> nn.Module:
     """The same network as a timm VisionTransformer (eval mode): weights loaded strictly, outputs equal."""
+    # timm is optional (extras bench and test): only the conversions to and from timm import it.
     from timm.layers import HybridEmbed
     from timm.models.vision_transformer import VisionTransformer as TimmViT
 

@@ -1,0 +1,221 @@
+"""Writing any source as WebDataset shards or a Hugging Face dataset (`vitkit data pack`), and describing and
+checking one (`vitkit data info`).
+
+Images keep their encoded bytes when the source has them (files, Arrow rows, shard members): packing re-encodes
+nothing, so a folder of JPEGs packs to the same JPEG bytes. In-memory datasets are written as PNG (lossless):
+their packed copies train bitwise like the original (same images, same order, same indices).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from tqdm import tqdm
+
+from .decode import ImageDecodeError, decode_image, image_size
+from .lazy import LazySource
+from .shards import INFO_NAME, LABEL_EXTENSION, ShardSource
+from .sources import ImageDataset
+
+FORMATS = ("wds", "hf")
+SIGNATURES = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpg"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"))
+SIZE_SAMPLE = 200  # images whose header `data info` reads for the size summary (all with --check)
+
+Source = ImageDataset | LazySource | ShardSource
+
+
+def extension(data: bytes) -> str:
+    """The file extension of encoded image bytes, from their signature ('img' if unknown)."""
+    return next((ext for signature, ext in SIGNATURES if data.startswith(signature)), "img")
+
+
+def png_bytes(image: torch.Tensor) -> bytes:
+    """A uint8 [C, H, W] image as PNG."""
+    array = image.permute(1, 2, 0).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(array[..., 0] if array.shape[2] == 1 else array).save(buffer, "png")
+    return buffer.getvalue()
+
+
+def encoded_samples(source: Source) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+    """(index, name, encoded image bytes, label) of every sample in index order, without decoding what is
+    encoded; bytes or label are None for a shard sample that lacks them."""
+    if isinstance(source, ImageDataset):
+        for index in range(len(source)):
+            yield index, f"{source.source} image {index}", png_bytes(source.images[index]), int(source.labels[index])
+    elif isinstance(source, ShardSource):
+        for shard in range(len(source.paths)):
+            yield from source.samples(shard)
+    else:
+        for index in range(len(source)):
+            yield index, source.name(index), source.encoded(index), int(source.labels[index])
+
+
+def complete_samples(source: Source) -> Iterator[tuple[int, bytes, int]]:
+    """encoded_samples with every image and label present (a missing one is a one-line error)."""
+    for index, name, data, label in encoded_samples(source):
+        if data is None or label is None or not 0 <= label < len(source.classes):
+            raise ImageDecodeError(f"{name}: image or label missing, or label {label} out of range")
+        yield index, data, label
+
+
+@dataclass
+class Packed:
+    """What `pack` wrote for one split."""
+
+    split: str
+    images: int
+    files: list[Path] = field(default_factory=list)
+    shards: list[dict] = field(default_factory=list)  # {"name", "images"} of each shard (wds)
+
+    @property
+    def bytes(self) -> int:
+        return sum(path.stat().st_size for path in self.files)
+
+
+def write_shards(source: Source, split: str, out: Path, shard_images: int) -> Packed:
+    """`split` as out/<split>-NNNNNN.tar of `shard_images` samples each (<key>.<ext> image + <key>.cls label)."""
+    packed = Packed(split, 0)
+    tar, count = None, 0
+    progress = tqdm(total=len(source), desc=f"pack {split}", unit="img", dynamic_ncols=True)
+    try:
+        for index, data, label in complete_samples(source):
+            if tar is None or count == shard_images:
+                if tar is not None:
+                    tar.close()
+                    packed.shards.append({"name": packed.files[-1].name, "images": count})
+                packed.files.append(out / f"{split}-{len(packed.files):06d}.tar")
+                tar, count = tarfile.open(packed.files[-1], "w", format=tarfile.USTAR_FORMAT), 0
+            key = f"{index:09d}"
+            for name, payload in ((f"{key}.{extension(data)}", data), (f"{key}.{LABEL_EXTENSION}", b"%d" % label)):
+                member = tarfile.TarInfo(name)
+                member.size, member.mtime, member.mode = len(payload), 0, 0o644  # byte-reproducible shards
+                tar.addfile(member, io.BytesIO(payload))
+            count += 1
+            packed.images += 1
+            progress.update()
+    finally:
+        progress.close()
+        if tar is not None:
+            tar.close()
+    if tar is not None:
+        packed.shards.append({"name": packed.files[-1].name, "images": count})
+    return packed
+
+
+def write_hf(sources: dict[str, Source], classes: list[str], out: Path) -> list[Packed]:
+    """The splits as one `datasets` DatasetDict saved with save_to_disk (Image + ClassLabel columns)."""
+    import datasets  # optional: only the hf format needs it
+
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=classes)})
+    scratch = out / ".pack-cache"
+    splits, packed = {}, []
+
+    def rows(split: str):
+        source = sources[split]
+        with tqdm(total=len(source), desc=f"pack {split}", unit="img", dynamic_ncols=True) as progress:
+            for _, data, label in complete_samples(source):
+                progress.update()
+                yield {"image": {"bytes": data, "path": None}, "label": label}
+
+    for split, source in sources.items():
+        splits[split] = datasets.Dataset.from_generator(
+            rows, gen_kwargs={"split": split}, features=features, cache_dir=str(scratch)
+        )
+        packed.append(Packed(split, len(splits[split])))
+    datasets.DatasetDict(splits).save_to_disk(str(out))
+    shutil.rmtree(scratch, ignore_errors=True)
+    for item in packed:
+        item.files = sorted((out / item.split).glob("*.arrow"))
+    return packed
+
+
+def pack(sources: dict[str, Source], out: Path, fmt: str, shard_images: int = 1000) -> list[Packed]:
+    """Write every split of `sources` to `out` as `fmt` ('wds' or 'hf'); `out` must not exist or be empty."""
+    if fmt not in FORMATS:
+        raise ValueError(f"--format must be one of {FORMATS}, got {fmt!r}")
+    if shard_images < 1:
+        raise ValueError(f"--shard-images must be positive, got {shard_images}")
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"{out}: not empty; pack writes into a new or empty directory")
+    classes = next(iter(sources.values())).classes
+    out.mkdir(parents=True, exist_ok=True)
+    if fmt == "hf":
+        return write_hf(sources, classes, out)
+    packed = [write_shards(source, split, out, shard_images) for split, source in sources.items()]
+    info = {"classes": classes, "splits": {p.split: {"shards": p.shards} for p in packed}}
+    (out / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n")
+    return packed
+
+
+@dataclass
+class Summary:
+    """What `data info` found in one split."""
+
+    split: str
+    source: str
+    reader: str
+    images: int
+    per_class: dict[str, int]
+    sizes: Counter = field(default_factory=Counter)
+    measured: int = 0
+    unreadable: list[str] = field(default_factory=list)
+
+
+def summarise(source: Source, split: str, check: bool) -> Summary:
+    """Images per class, image sizes (headers of SIZE_SAMPLE images spread over the split, or all with
+    `check`), and with `check` every image decoded and the unreadable ones listed."""
+    counts = np.zeros(len(source.classes), dtype=np.int64)
+    summary = Summary(split, source.source, source.reader, len(source), {})
+    if isinstance(source, ShardSource):
+        every = 1 if check else max(1, len(source) // SIZE_SAMPLE)
+        samples = tqdm(encoded_samples(source), total=len(source), desc=f"info {split}", unit="img")
+        try:
+            for index, name, data, label in samples:
+                if data is None or label is None or not 0 <= label < len(source.classes):
+                    summary.unreadable.append(f"{name}: image or label missing, or label {label} out of range")
+                    continue
+                counts[label] += 1
+                if index % every == 0:
+                    _measure(summary, data, name, check)
+        except ValueError as err:  # a shard that ends early: listed, the rest of the split not read
+            summary.unreadable.append(str(err))
+    else:
+        counts = np.bincount(source.labels.numpy(), minlength=len(source.classes))
+        step = 1 if check else max(1, len(source) // SIZE_SAMPLE)
+        for index in tqdm(range(0, len(source), step), desc=f"info {split}", unit="img", disable=not check):
+            if isinstance(source, ImageDataset):
+                summary.sizes[tuple(source.images.shape[-1:-3:-1])] += 1
+                summary.measured += 1
+                continue
+            try:
+                data = source.encoded(index)
+            except ImageDecodeError as err:
+                summary.unreadable.append(str(err))
+                continue
+            _measure(summary, data, source.name(index), check)
+    summary.per_class = {name: int(n) for name, n in zip(source.classes, counts)}
+    return summary
+
+
+def _measure(summary: Summary, data: bytes, name: str, decode: bool) -> None:
+    """Count one image's size from its header (and decode it fully when `decode`); an unreadable one is listed."""
+    try:
+        width, height = image_size(data, name=name)
+        if decode:
+            decode_image(data, name=name)
+    except ImageDecodeError as err:
+        summary.unreadable.append(str(err))
+        return
+    summary.sizes[(width, height)] += 1
+    summary.measured += 1

@@ -1,0 +1,257 @@
+"""WebDataset tar shards read as streams: DIR/<split>-NNNNNN.tar plus DIR/dataset.json (classes, images per shard).
+
+A sample is the tar members sharing a key (the member name up to its first dot): an image (`.jpg`, `.png`, ...)
+and its class index (`.cls`, text), the WebDataset layout, so shards written by `vitkit data pack` are read by
+the `webdataset` package and the other way round. Reading uses Python's tarfile in streaming mode: a shard is
+read front to back once, which is what object stores and network filesystems serve well, and the shard split,
+shuffle and resume position below are ours to define exactly (the `webdataset` package's pipeline draws from its
+own random state, which would have to be pinned and checkpointed to give the same guarantees).
+
+Training (ShardSteps): each epoch shuffles the shard order with a key of (seed, epoch) and deals the shards to
+R x W streams (R ranks x W DataLoader workers, W >= 1), stream j getting shards j, j + RW, ... of that order.
+Each stream passes its samples through a shuffle buffer keyed to (seed, epoch, stream) and cuts them into
+rank-sized batches; every stream yields the same number of batches per epoch (what its smallest possible share
+of shards holds), so steps alternate over the W streams of a rank in a fixed order. The samples of step s are
+therefore a function of (seed, step, R, W): a run resumed with the same number of ranks and workers reads exactly
+the batches of the uninterrupted run (each stream re-reads its shards up to the resume point without decoding
+them); a resume with another R x W is refused. Augmentation is keyed by each sample's index in the split.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from .batch import Batch
+from .decode import ImageDecodeError, decode_image
+from .lazy import ON_CORRUPT
+from .transforms import TrainTransform, key, sample_keys
+
+INFO_NAME = "dataset.json"
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
+LABEL_EXTENSION = "cls"
+SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
+_SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
+_BUFFER_DOMAIN = 0x627566  # "buf"
+
+
+class ShardSource:
+    """One split of a shard directory: its shards, image counts, labels' classes; samples are read as streams."""
+
+    reader = "WebDataset tar shards, streamed (tarfile), decoded per sample"
+
+    def __init__(
+        self, directory: str | os.PathLike, split: str, *, workers: int = 0, prefetch: int = 2, on_corrupt: str = "stop"
+    ) -> None:
+        if on_corrupt not in ON_CORRUPT:
+            raise ValueError(f"on_corrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
+        directory = Path(directory).expanduser()
+        info_path = directory / INFO_NAME
+        if not info_path.is_file():
+            raise FileNotFoundError(
+                f"{info_path}: missing; a wds: directory needs the {INFO_NAME} that `vitkit data pack` writes "
+                f'({{"classes": [...], "splits": {{"train": {{"shards": [{{"name": "train-000000.tar", "images": N}}]}}}}}})'
+            )
+        try:
+            info = json.loads(info_path.read_text())
+            classes = [str(c) for c in info["classes"]]
+            splits = info["splits"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
+        name = split if split in splits else next((s for s in ("test", "val", "validation") if s in splits), None)
+        if split != "train" and name is None or split == "train" and split not in splits:
+            raise FileNotFoundError(f"{info_path}: no {split} split (it lists {', '.join(splits)})")
+        shards = splits[name]["shards"]
+        self.paths = [directory / shard["name"] for shard in shards]
+        missing = [str(p) for p in self.paths if not p.is_file()]
+        if missing:
+            raise FileNotFoundError(f"{missing[0]}: missing shard ({len(missing)} of {len(self.paths)} missing)")
+        self.counts = np.array([int(shard["images"]) for shard in shards], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])  # index of each shard's first sample
+        self.classes = classes
+        self.split = name
+        self.source = (
+            f"WebDataset shards {directory}/{name}-*.tar ({len(self.paths)} shards, {int(self.offsets[-1])} images, "
+            f"{len(classes)} classes, streamed)"
+        )
+        self.workers, self.prefetch, self.on_corrupt = workers, prefetch, on_corrupt
+        self.skipped: list[str] = []
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def labels(self) -> torch.Tensor:
+        """Not known without reading every shard: what needs per-sample labels needs an indexable source."""
+        raise ValueError(
+            f"{self.source} is read as a stream; per-sample labels (data.train_subset, data.val_split, few-shot) "
+            "need an indexable data.source (in memory, folder:, hf:)"
+        )
+
+    def samples(self, shard: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+        """(index in the split, member name, image bytes or None, label or None) of each sample of a shard, in
+        order; a shard shorter than dataset.json says, or not a tar file, raises a one-line ValueError."""
+        path = self.paths[shard]
+        count, first = int(self.counts[shard]), int(self.offsets[shard])
+        position = 0
+        try:
+            with tarfile.open(path, "r|*") as tar:
+                current, image, label = None, None, None
+                for member in tar:
+                    if not member.isfile():
+                        continue
+                    stem, _, extension = os.path.basename(member.name).partition(".")
+                    sample = f"{os.path.dirname(member.name)}/{stem}"
+                    if sample != current and current is not None:
+                        yield first + position, f"{path}:{current}", image, label
+                        position += 1
+                        image, label = None, None
+                    current = sample
+                    data = tar.extractfile(member).read()
+                    if extension.lower() in IMAGE_EXTENSIONS:
+                        image = data
+                    elif extension == LABEL_EXTENSION:
+                        label = int(data.decode().strip())
+                if current is not None:
+                    yield first + position, f"{path}:{current}", image, label
+                    position += 1
+        except (tarfile.TarError, EOFError, OSError, ValueError) as err:
+            raise ValueError(f"{path}: unreadable shard after {position} of {count} images ({err})") from None
+        if position != count:
+            raise ValueError(f"{path}: shard ends after {position} of the {count} images {INFO_NAME} lists")
+
+    def decode(self, name: str, image: bytes | None, label: int | None, channels: int) -> torch.Tensor:
+        """A sample's pixels; ImageDecodeError when its image is missing, undecodable or its label is bad."""
+        if image is None:
+            raise ImageDecodeError(f"{name}: no image member ({', '.join(IMAGE_EXTENSIONS)})")
+        if label is None or not 0 <= label < len(self.classes):
+            raise ImageDecodeError(f"{name}: label {label} missing or out of range for {len(self.classes)} classes")
+        return decode_image(image, name=name, channels=channels)
+
+
+def stream_batches_per_epoch(source: ShardSource, streams: int, batch: int) -> int:
+    """Batches every stream yields per epoch: what the smallest share of floor(S / streams) shards holds."""
+    share = len(source.paths) // streams
+    if share == 0:
+        raise ValueError(
+            f"{len(source.paths)} shard(s) cannot feed {streams} streams (ranks x data.workers); write at least "
+            f"{streams} shards (vitkit data pack --shard-images)"
+        )
+    per_stream = int(np.sort(source.counts)[:share].sum()) // batch
+    if per_stream == 0:
+        raise ValueError(f"a stream of {share} shard(s) holds fewer images than a rank's batch of {batch}")
+    return per_stream
+
+
+class ShardSteps(IterableDataset):
+    """This rank's batches of steps start..stop-1 from shard streams; DataLoader worker i serves the steps
+    start + i, start + i + W, ... (and so always the same stream)."""
+
+    def __init__(
+        self, source: ShardSource, transform: TrainTransform, batch: int, seed: int, rank: int, world_size: int,
+        start: int, stop: int, shape: tuple[int, ...],
+    ) -> None:
+        self.source, self.transform, self.batch, self.seed = source, transform, batch, seed
+        self.rank, self.world_size, self.start, self.stop, self.shape = rank, world_size, start, stop, shape
+        self.workers = max(source.workers, 1)
+        self.per_epoch = self.workers * stream_batches_per_epoch(source, world_size * self.workers, batch)
+
+    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+        """Stream `slot` (of ranks x workers) of an epoch: its shards in order, through the keyed shuffle buffer."""
+        streams = self.world_size * self.workers
+        order = torch.sort(sample_keys(torch.arange(len(self.source.paths)), self.seed, epoch, _SHARD_ORDER_DOMAIN),
+                           stable=True).indices.tolist()  # fmt: skip
+        rng = np.random.default_rng(key(self.seed, epoch, slot, _BUFFER_DOMAIN))
+        buffer: list = []
+        for shard in order[slot::streams]:
+            for sample in self.source.samples(shard):
+                if len(buffer) < SHUFFLE_BUFFER:
+                    buffer.append(sample)
+                    continue
+                pick = int(rng.integers(len(buffer)))
+                buffer[pick], sample = sample, buffer[pick]
+                yield sample
+        while buffer:
+            yield buffer.pop(int(rng.integers(len(buffer))))
+
+    def __iter__(self) -> Iterator:
+        worker = get_worker_info()
+        first = self.start + (worker.id if worker is not None else 0)
+        stream, stream_epoch, consumed = None, -1, 0
+        channels = 1 if self.shape[0] == 1 else 3
+        for step in range(first, self.stop, self.workers):
+            epoch, position = divmod(step, self.per_epoch)
+            slot = self.rank * self.workers + position % self.workers
+            wanted = (position // self.workers) * self.batch  # samples this stream used before this step
+            if epoch != stream_epoch:
+                stream, stream_epoch, consumed = self.stream(epoch, slot), epoch, 0
+            images, labels, indices, skipped = [], [], [], []
+            try:
+                for _ in range(wanted - consumed):  # a resume: pass over what was trained on, without decoding
+                    next(stream)
+                for _ in range(self.batch):
+                    index, name, data, label = next(stream)
+                    try:
+                        image = self.source.decode(name, data, label, channels)
+                    except ImageDecodeError as err:
+                        skipped.append(str(err))
+                        continue
+                    augmented = self.transform.augment(image[None], torch.tensor([index]), epoch)
+                    images.append(augmented[0])
+                    labels.append(label)
+                    indices.append(index)
+            except ValueError as err:  # a shard that ends early or is not a tar file: one line in the main process
+                yield Batch(torch.empty(0, *self.shape), torch.empty(0, dtype=torch.int64), torch.empty(0), step,
+                            error=str(err))  # fmt: skip
+                return
+            consumed = wanted + self.batch
+            stacked = torch.stack(images) if images else torch.empty(0, *self.shape)
+            yield Batch(stacked, torch.tensor(labels, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64),
+                        step, skipped)  # fmt: skip
+
+
+class ShardChunks(Dataset):
+    """Item k: the samples of the contiguous index range `chunks[k]` (evaluation), preprocessed."""
+
+    def __init__(self, source: ShardSource, chunks: list[torch.Tensor], preprocess, shape: tuple[int, ...]) -> None:
+        self.source, self.chunks, self.preprocess, self.shape = source, chunks, preprocess, shape
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, k: int) -> Batch:
+        chunk = self.chunks[k]
+        images, labels, indices, skipped = [], [], [], []
+        channels = 1 if self.shape[0] == 1 else 3
+        if len(chunk):
+            begin, end = int(chunk[0]), int(chunk[-1]) + 1
+            shard = int(np.searchsorted(self.source.offsets, begin, side="right")) - 1
+            try:
+                while shard < len(self.source.paths) and self.source.offsets[shard] < end:
+                    for index, name, data, label in self.source.samples(shard):
+                        if index < begin:
+                            continue
+                        if index >= end:
+                            break
+                        try:
+                            image = self.source.decode(name, data, label, channels)
+                        except ImageDecodeError as err:
+                            skipped.append(str(err))
+                            continue
+                        images.append(self.preprocess(image[None])[0])
+                        labels.append(label)
+                        indices.append(index)
+                    shard += 1
+            except ValueError as err:
+                return Batch(torch.empty(0, *self.shape), torch.empty(0, dtype=torch.int64), chunk[:0], -1,
+                             error=str(err))  # fmt: skip
+        stacked = torch.stack(images) if images else torch.empty(0, *self.shape)
+        return Batch(stacked, torch.tensor(labels, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64),
+                     -1, skipped)  # fmt: skip

@@ -1,0 +1,96 @@
+"""WebDataset shard streams: no sample twice in an epoch over ranks x workers, shuffles keyed to (seed, epoch),
+an exact resume with the same ranks and workers, per-sample augmentation equal to the in-memory one, and a
+shard that ends early as one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import tarfile
+
+import pytest
+import torch
+from image_collections import in_memory, take_steps, write_folder, write_packed
+
+from vitkit.data import FolderSource, ShardSource, TrainBatches, TrainTransform, eval_batches, open_source
+
+CPU = torch.device("cpu")
+TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wds")
+    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
+
+
+def stream(source, steps, **options):
+    return take_steps(source, TRANSFORM, seed=2, stop=steps, **options)
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_no_sample_twice_in_an_epoch_over_ranks_and_workers(shards, world_size, workers):
+    source = ShardSource(shards, "train", workers=workers)
+    per_epoch = TrainBatches(source, TRANSFORM, 12, 2, 1, CPU, 0, world_size).per_epoch
+    seen: dict[int, list[int]] = {0: [], 1: []}
+    for rank in range(world_size):
+        for batch in stream(source, 2 * per_epoch, rank=rank, world_size=world_size):
+            assert batch.images.shape == (12 // world_size, 3, 24, 24)
+            seen[batch.step // per_epoch] += batch.indices.tolist()
+    for indices in seen.values():
+        assert len(indices) == len(set(indices)) == per_epoch * 12 and set(indices) <= set(range(60))
+    assert seen[0] != seen[1]  # the shard order and buffer are reshuffled every epoch
+
+
+def test_resume_with_the_same_ranks_and_workers_is_exact(shards):
+    source = ShardSource(shards, "train", workers=2)
+    reference = stream(source, 9)  # two epochs and more (4 steps each)
+    start = 5  # epoch 1, its second step: the first worker of the resumed loader serves the second stream
+    for a, b in zip(reference[start:], stream(source, 9, start=start), strict=True):
+        assert a.step == b.step and torch.equal(a.indices, b.indices) and torch.equal(a.images, b.images)
+
+
+def test_each_sample_is_augmented_as_in_memory(shards):
+    memory = in_memory(FolderSource(shards.parent / "folder", "train"), channels=3)
+    source = ShardSource(shards, "train", workers=1)
+    per_epoch = TrainBatches(source, TRANSFORM, 12, 2, 1, CPU).per_epoch
+    for batch in stream(source, per_epoch + 2):
+        epoch = batch.step // per_epoch
+        assert torch.equal(batch.labels, memory.labels[batch.indices])
+        assert torch.equal(batch.images, TRANSFORM.augment(memory.images[batch.indices], batch.indices, epoch))
+
+
+def test_evaluation_reads_every_test_image_once_in_order(shards):
+    source = open_source(f"wds:{shards}", "test", workers=2)
+    chunks = list(torch.arange(len(source)).split(7)) + [torch.arange(0)]
+    batches = list(eval_batches(source, chunks, (24, 24), 3, CPU))
+    assert torch.cat([b.indices for b in batches]).tolist() == list(range(20))
+
+
+def test_a_shard_that_ends_early_is_one_line(shards, tmp_path):
+    broken = tmp_path / "wds"
+    shutil.copytree(shards, broken)
+    first = broken / "train-000000.tar"
+    with tarfile.open(first) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()[:4]]  # 2 of its 5 samples
+    with tarfile.open(first, "w") as tar:
+        for member, data in members:
+            tar.addfile(member, io.BytesIO(data))
+    with pytest.raises(ValueError, match=r"train-000000.tar: shard ends after 2 of the 5 images dataset.json lists"):
+        stream(ShardSource(broken, "train"), 5)
+
+
+def test_missing_index_or_shards_and_too_few_shards_are_one_line(shards, tmp_path):
+    with pytest.raises(FileNotFoundError, match="dataset.json: missing"):
+        ShardSource(tmp_path, "train")
+    partial = tmp_path / "partial"
+    shutil.copytree(shards, partial)
+    (partial / "train-000003.tar").unlink()
+    with pytest.raises(FileNotFoundError, match="train-000003.tar: missing shard"):
+        ShardSource(partial, "train")
+    info = json.loads((shards / "dataset.json").read_text())
+    assert len(info["splits"]["train"]["shards"]) == 12
+    with pytest.raises(ValueError, match="12 shard.* cannot feed 14 streams"):
+        stream(ShardSource(shards, "train", workers=7), 1, world_size=2)
