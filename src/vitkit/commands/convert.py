@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=TARGETS, help="target format")
     parser.add_argument("--format", choices=SOURCE_FORMATS, help="source format, when the file does not say")
     parser.add_argument("--img-size", type=int, help="resample the position embedding to this resolution")
-    parser.add_argument("--num-classes", type=int, help="replace the head by a zero-initialised one")
+    parser.add_argument(
+        "--num-classes", type=int, help="a zero-initialised head of K classes (the stored one when it has K)"
+    )
     parser.add_argument(
         "--keep-pre-logits", action="store_true", help="keep the pre-logits layer with --num-classes"
     )

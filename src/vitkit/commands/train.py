@@ -20,7 +20,9 @@ from vitkit.train.recipe import (
     RESUME_MAY_CHANGE,
     RunConfig,
     apply_overrides,
+    fit_to_steps,
     load_config,
+    override_keys,
     set_value,
 )
 from vitkit.train.report import format_metrics
@@ -74,10 +76,20 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
 
 
 def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
-    """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides."""
+    """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides.
+
+    A run length given on the command line shortens the recipe's schedule to fit (`fit_to_steps`), and says so.
+    """
+    recipe_steps = config.train.steps
     for key, value in {**fixed, **_flags(args)}.items():
         set_value(config, key, value)
-    return apply_overrides(config, args.overrides).validate()
+    config = apply_overrides(config, args.overrides)
+    explicit = override_keys(args.overrides)
+    if args.steps is not None or "train.steps" in explicit:
+        changes = fit_to_steps(config, recipe_steps, explicit)
+        if changes and launched_world_size() == 1:  # the processes a launcher starts stay quiet
+            print(f"{config.train.steps} steps instead of the recipe's {recipe_steps}: {', '.join(changes)}")
+    return config.validate()
 
 
 def check_resume(out: Path, config: Any, given: bool) -> Any:

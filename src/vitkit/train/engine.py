@@ -558,7 +558,7 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     if checkpoint is not None:
         model = build_model(config_from_dict(read_config(checkpoint)))
     elif m.weights is not None:
-        model = load_weights(m.weights, **{"num_classes": classes, **m.overrides})
+        model = load_weights(m.weights, **{"num_classes": classes, "reset_head": True, **m.overrides})  # §3.2
     else:
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})
     if model.config.num_classes != classes:

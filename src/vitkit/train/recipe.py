@@ -293,6 +293,28 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     return config
 
 
+def fit_to_steps(config: RunConfig, recipe_steps: int, explicit: set[str]) -> list[str]:
+    """Shorten a recipe's schedule to `config.train.steps` (a quick trial: `vitkit train --steps 30`).
+
+    A warmup that no longer fits keeps its share of the recipe's `recipe_steps`-step run, below the new length.
+    Evaluation, few-shot and checkpoint cadences longer than the run need nothing: each also happens at the end.
+    Keys in `explicit` (set on the command line) are left as given, so `validate` reports a conflict among them.
+    Returns the changes as 'key old -> new'.
+    """
+    steps, optim = config.train.steps, config.optim
+    if "optim.warmup_steps" in explicit or steps <= 0 or optim.warmup_steps < steps:
+        return []
+    warmup = min(round(optim.warmup_steps * steps / max(recipe_steps, 1)), steps - 1)
+    change = f"optim.warmup_steps {optim.warmup_steps} -> {warmup}"
+    optim.warmup_steps = warmup
+    return [change]
+
+
+def override_keys(overrides: list[str]) -> set[str]:
+    """The `section.field` keys a list of `section.field=value` overrides sets."""
+    return {item.partition("=")[0].strip() for item in overrides}
+
+
 SECTIONS = [f.name for f in dataclasses.fields(RunConfig)]
 
 

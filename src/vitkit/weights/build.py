@@ -136,15 +136,22 @@ def instantiate(
     *,
     origins: Mapping[str, tuple[str, ...]] | None = None,
     keep_pre_logits: bool = False,
+    reset_head: bool = False,
     **overrides: Any,
 ) -> nn.Module:
     """Build the model for `config` with `overrides`, load `state` strictly, return it in eval mode.
 
-    `img_size=` resamples the position embeddings; `num_classes=K` swaps the head for a zero-initialised one
-    (D x K) and drops the pre-logits layer unless `keep_pre_logits` (the paper's fine-tuning recipe, §3.2).
+    `img_size=` resamples the position embeddings. `num_classes=K` keeps the stored head when it has K classes
+    (as timm's `pretrained=True, num_classes=K` and transformers' `num_labels` do); a different K, or
+    `reset_head=True`, swaps it for a zero-initialised one (D x K) and drops the pre-logits layer unless
+    `keep_pre_logits` (the paper's fine-tuning recipe, §3.2).
     """
     state = dict(state)
     num_classes = overrides.pop("num_classes", None)
+    if num_classes is not None and num_classes == config.num_classes and not reset_head:
+        num_classes = None  # the stored head already fits
+    elif num_classes is None and reset_head:
+        num_classes = config.num_classes
     target = config_from_dict(config.to_dict(), **overrides)
     dropped: list[str] = []
     if num_classes is not None:

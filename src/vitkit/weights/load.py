@@ -43,21 +43,25 @@ def load_weights(
     *,
     format: str | None = None,
     keep_pre_logits: bool = False,
+    reset_head: bool = False,
     source_img_size: int | tuple[int, int] | None = None,
     **overrides: Any,
 ) -> nn.Module:
     """Build the model a weights file or directory describes and load it (eval mode).
 
     `format` ('npz', 'vitkit', 'timm', 'hf') is needed only when the file does not say. Overrides (§3.2):
-    `img_size=` resamples the position embedding as the official loader does; `num_classes=K` replaces the
-    head with a zero-initialised one and drops the pre-logits layer unless `keep_pre_logits=True`; other
-    ViTConfig fields (dropout, drop_path, num_heads for state dicts of unusual widths...) pass through.
+    `img_size=` resamples the position embedding as the official loader does. `num_classes=K` keeps the
+    stored head when it has K classes (so an ImageNet checkpoint evaluates with its 1000 classes, as timm's
+    `pretrained=True, num_classes=K` and transformers' `num_labels` do); for another K, or with
+    `reset_head=True` (fine-tuning on the same classes), the head is a zero-initialised one and the pre-logits
+    layer is dropped unless `keep_pre_logits=True`. Other ViTConfig fields (dropout, drop_path, num_heads for
+    state dicts of unusual widths...) pass through.
     `source_img_size` is the training resolution of a state dict with a non-square position grid.
     """
     path = Path(path)
     if format is not None and format not in FORMATS:
         raise ValueError(f"{path}: format must be one of {list(FORMATS)}, got {format!r}")
-    options = dict(keep_pre_logits=keep_pre_logits, **overrides)
+    options = dict(keep_pre_logits=keep_pre_logits, reset_head=reset_head, **overrides)
     hints = {"img_size": source_img_size} if source_img_size is not None else {}
     if path.is_dir():
         return _load_directory(path, format, hints, options)

@@ -18,8 +18,9 @@ def from_pretrained(
 ) -> nn.Module:
     """Rebuild a model written by `save_pretrained` (or a training run's `final/`), fine-tuning overrides too.
 
-    `img_size=` resamples position embeddings, `num_classes=K` swaps in a zero-initialised head (dropping the
-    pre-logits layer unless `keep_pre_logits`); see `vitkit.load_weights`.
+    `img_size=` resamples position embeddings, `num_classes=K` a head of another class count (or `reset_head`)
+    swaps in a zero-initialised head (dropping the pre-logits layer unless `keep_pre_logits`); see
+    `vitkit.load_weights`.
     """
     directory = resolve_directory(directory)
     config = config_from_dict(read_config(directory))
