@@ -178,7 +178,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             for logged_step, loss_value, lr in logged:
                 if metrics is not None:
                     metrics.log({"step": logged_step, "train_loss": loss_value, "lr": lr})
-                progress.update(logged_step, loss_value, lr, images_per_second)
+                progress.update(logged_step, loss_value, lr, images_per_second, split.share("data"))
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                 result = evaluate(
@@ -224,7 +224,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
         if metrics is not None:
             metrics.close()
     summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall,
-               **precision.record(), "step_seconds": split.per_step(), "skipped_images": skipped}
+               **precision.record(), "step_seconds": split.per_step(), "data_wait_share": split.share("data"),
+               "skipped_images": skipped}
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
@@ -341,6 +342,11 @@ class StepSplit:
         now = time.perf_counter()
         self.seconds[part] += now - self.last
         self.last = now
+
+    def share(self, part: str) -> float:
+        """`part`'s share of the timed steps' time: for "data", how much of training waits for its input."""
+        total = sum(self.seconds.values())
+        return self.seconds[part] / total if total else 0.0
 
     def per_step(self) -> dict[str, float]:
         """Mean seconds per timed step of each part (empty when no step was timed)."""
