@@ -1,5 +1,7 @@
 """vitkit: Vision Transformers exactly as "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021)."""
 
+import importlib.metadata
+
 from vitkit.models import ResNetConfig, ViTConfig, build_model, create_model, list_models, model_config
 from vitkit import inspect  # noqa: E402,F401  (vitkit.inspect: the paper's Fig. 6/7 probes)
 from vitkit.weights import (  # timm / transformers are imported only inside from_/to_timm, from_/to_hf
@@ -17,4 +19,7 @@ __all__ = [
     "ResNetConfig", "ViTConfig", "build_model", "create_model", "list_models", "model_config",
     "export_npz", "from_hf", "from_pretrained", "from_timm", "load_weights", "save_pretrained", "to_hf", "to_timm",
 ]
-__version__ = "0.1.0"
+try:
+    __version__ = importlib.metadata.version("vitkit")  # pyproject.toml's [project] version, once installed
+except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"

@@ -15,6 +15,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import re
 import sys
 import traceback
 
@@ -22,6 +23,7 @@ import vitkit.commands
 
 DEBUG_ENV = "VITKIT_DEBUG"
 USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
+OVERRIDE = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]\w*=")  # section.field=value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,12 +56,30 @@ def describe(error: BaseException) -> tuple[int, str]:
         return code, f"{target}: {one_line(error.strerror or str(error)).lower()}"
     if isinstance(error, ValueError):
         return USAGE, one_line(str(error))
+    if type(error).__module__.startswith("vitkit."):  # vitkit's own runtime errors: a run directory in use, ...
+        return RUNTIME, one_line(str(error))
     return RUNTIME, f"{type(error).__name__}: {one_line(str(error))} (run with --debug for the traceback)"
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse a command line; a command's `section.field=value` overrides may stand anywhere, after options too.
+
+    argparse fills a `nargs="*"` positional from one run of words only, so later overrides come back unparsed:
+    they are appended in command-line order. Anything else unparsed is an error (exit code 2), as parse_args has.
+    """
+    args, rest = parser.parse_known_args(argv)
+    takes_overrides = isinstance(getattr(args, "overrides", None), list)
+    stray = [word for word in rest if not (takes_overrides and OVERRIDE.match(word))]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if rest:
+        args.overrides = [*args.overrides, *rest]
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; every failure is one line on stderr and an exit code (see the module docstring)."""
-    args = build_parser().parse_args(argv)  # argparse itself reports a bad command line with exit code 2
+    args = parse(build_parser(), argv)  # argparse itself reports a bad command line with exit code 2
     args.argv = list(sys.argv[1:] if argv is None else argv)  # to start the same command in more processes
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:

@@ -105,6 +105,20 @@ def test_non_square_resize_uses_the_source_grid() -> None:
     assert torch.equal(model.pos_embed.weight.detach(), expected)
 
 
+def test_num_classes_of_the_checkpoint_keeps_its_head_and_reset_head_zeroes_it() -> None:
+    reference = vitkit.load_weights(DATA / "B_params.npz")
+    x = nchw(official_io("B")["inputs"])
+    kept = vitkit.load_weights(DATA / "B_params.npz", num_classes=10)  # B has 10 classes: the head fits
+    assert kept.config.representation_size == 48 and kept.head.weight.any()
+    with torch.no_grad():
+        assert torch.equal(kept(x), reference(x))
+    reset = vitkit.load_weights(DATA / "B_params.npz", num_classes=10, reset_head=True)  # fine-tuning, §3.2
+    assert reset.config.representation_size is None and reset.head.weight.shape == (10, 48)
+    assert not reset.head.weight.any() and not reset.head.bias.any()
+    same = vitkit.load_weights(DATA / "B_params.npz", reset_head=True)  # no num_classes: the stored count
+    assert same.config.num_classes == 10 and not same.head.weight.any()
+
+
 def test_num_classes_replaces_head_and_drops_pre_logits() -> None:
     model = vitkit.load_weights(DATA / "B_params.npz", num_classes=5)
     assert model.config.representation_size is None and isinstance(model.pre_logits, torch.nn.Identity)

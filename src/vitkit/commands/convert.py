@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -28,9 +29,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, choices=TARGETS, help="target format")
     parser.add_argument("--format", choices=SOURCE_FORMATS, help="source format, when the file does not say")
     parser.add_argument("--img-size", type=int, help="resample the position embedding to this resolution")
-    parser.add_argument("--num-classes", type=int, help="replace the head by a zero-initialised one")
+    parser.add_argument(
+        "--num-classes", type=int, help="a zero-initialised head of K classes (the stored one when it has K)"
+    )
     parser.add_argument(
         "--keep-pre-logits", action="store_true", help="keep the pre-logits layer with --num-classes"
+    )
+    parser.add_argument(
+        "--allow-non-finite", action="store_true", help="convert weights holding NaN or inf (refused by default)"
     )
     parser.add_argument(
         "--layout",
@@ -44,7 +50,18 @@ def run(args: argparse.Namespace) -> int:
     overrides = {
         k: v for k, v in (("img_size", args.img_size), ("num_classes", args.num_classes)) if v is not None
     }
-    model = load_weights(args.src, format=args.format, keep_pre_logits=args.keep_pre_logits, **overrides)
+    src, dst = Path(args.src).absolute(), Path(args.dst).absolute()
+    if dst == src or (src.is_dir() and src in dst.parents):
+        raise ValueError(f"{args.dst}: is or is inside the source {args.src}; write the conversion elsewhere")
+    if args.to in ("npz", "timm") and dst.is_dir():
+        raise ValueError(f"{args.dst}: is a directory; --to {args.to} writes a file")
+    model = load_weights(
+        args.src,
+        format=args.format,
+        keep_pre_logits=args.keep_pre_logits,
+        allow_non_finite=args.allow_non_finite,
+        **overrides,
+    )
     if args.to == "vitkit":
         save_pretrained(model, args.dst)
     elif args.to == "npz":

@@ -18,11 +18,16 @@ def from_pretrained(
 ) -> nn.Module:
     """Rebuild a model written by `save_pretrained` (or a training run's `final/`), fine-tuning overrides too.
 
-    `img_size=` resamples position embeddings, `num_classes=K` swaps in a zero-initialised head (dropping the
-    pre-logits layer unless `keep_pre_logits`); see `vitkit.load_weights`.
+    `img_size=` resamples position embeddings, `num_classes=K` a head of another class count (or `reset_head`)
+    swaps in a zero-initialised head (dropping the pre-logits layer unless `keep_pre_logits`); see
+    `vitkit.load_weights`.
     """
     directory = resolve_directory(directory)
-    config = config_from_dict(read_config(directory))
+    fields = read_config(directory)  # its own errors name the file
+    try:
+        config = config_from_dict(fields)
+    except (TypeError, ValueError) as error:  # an unknown field, a value of the wrong kind or range
+        raise ValueError(f"{directory / CONFIG_NAME}: {error}") from None
     weights = directory / WEIGHTS_NAME
     return instantiate(
         config, load_state_dict(weights), str(weights), keep_pre_logits=keep_pre_logits, **overrides
