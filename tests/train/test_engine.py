@@ -3,14 +3,17 @@
 import contextlib
 import io
 import json
+import time
 
 import pytest
 import torch
+from PIL import Image
 
 from vitkit import cli
+from vitkit.data.lazy import LazySource
 from vitkit.models import build_model, config_from_dict
-from vitkit.train import engine
 from vitkit.storage import load_state_dict, read_config
+from vitkit.train import engine
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +85,7 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     code = cli.main(["train", "--out", str(out), "--steps", "30", "--checkpoint-every", "5", *tiny])
     error = capsys.readouterr().err
     assert code == 1
-    assert "loss is nan at step 13" in error and "step_00000010" in error
+    assert "loss is nan at step 13" in error and "last good checkpoint: step 10" in error
     assert (out / "checkpoints" / "step_00000010" / "state.json").is_file()
     assert not (out / "final").exists()
     weights = load_state_dict(out / "checkpoints" / "step_00000010" / "model.safetensors")
@@ -112,15 +115,18 @@ def test_a_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, caps
     assert code == 2 and str(tmp_path / "none") in error and "cifar" in error.lower()
 
 
-def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
-    from PIL import Image
-
+def write_gray_folder(root, per_class):
+    """A two-class train/test ImageFolder of small grey PNGs."""
     for split in ("train", "test"):
         for label in ("a", "b"):
-            folder = tmp_path / "images" / split / label
+            folder = root / split / label
             folder.mkdir(parents=True)
-            for i in range(2):
+            for i in range(per_class):
                 Image.new("L", (28, 28), color=40 * i).save(folder / f"{i}.png")
+
+
+def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
+    write_gray_folder(tmp_path / "images", per_class=2)
     bad = tmp_path / "images" / "train" / "a" / "broken.png"
     bad.write_bytes(b"not a png")
     args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=5"]  # the broken file is read
@@ -143,3 +149,19 @@ def test_an_existing_run_is_not_overwritten_and_resume_must_match(tmp_path, caps
     error = capsys.readouterr().err
     assert "differs from the saved" in error and "optim.lr" in error
     assert cli.main(["train", "--out", str(out), "--resume"]) == 0
+
+
+def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkeypatch, tiny):
+    write_gray_folder(tmp_path / "images", per_class=4)
+    read = LazySource.read
+
+    def slow_read(self, index, channels=3):  # a slow disk: 30 ms per image, ~50x the tiny model's step per image
+        time.sleep(0.03)
+        return read(self, index, channels)
+
+    monkeypatch.setattr(LazySource, "read", slow_read)
+    args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=4", "train.log_every=1"]
+    assert cli.main(["train", "--out", str(tmp_path / "run"), "--steps", "4", *args]) == 0
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert 0.6 < report["data_wait_share"] <= 1.0 and report["step_seconds"]["data"] >= 4 * 0.03
+    assert "data wait" in capsys.readouterr().out

@@ -17,20 +17,22 @@ class Progress:
         self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True) if on_terminal else None
         self.start_time, self.start_step = time.perf_counter(), initial
 
-    def update(self, step: int, loss: float, lr: float, images_per_second: float) -> None:
-        """Record completed `step` (1-based count)."""
+    def update(self, step: int, loss: float, lr: float, images_per_second: float, data_wait: float = 0.0) -> None:
+        """Record completed `step` (1-based count); `data_wait` is the share of the timed steps so far spent on
+        their input (waiting for the batch, mixing it)."""
         if not self.enabled:
             return
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
-            postfix = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}", "img/s": f"{images_per_second:.0f}"}
+            postfix = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}", "img/s": f"{images_per_second:.0f}",
+                       "data wait": f"{data_wait:.0%}"}
             self.bar.set_postfix(postfix, refresh=False)
         elif step % self.log_every == 0 or step == self.total:
             elapsed = time.perf_counter() - self.start_time
             eta = elapsed / max(step - self.start_step, 1) * (self.total - step)
             self.write(
-                f"step {step}/{self.total}  loss {loss:.4f}  lr {lr:.2e}  {images_per_second:.0f} img/s  "
-                f"eta {_duration(eta)}"
+                f"step {step}/{self.total}  loss {loss:.4f}  lr {lr:.2e}  {images_per_second:.3g} img/s  "
+                f"data wait {data_wait:.1%}  eta {_duration(eta)}"
             )
 
     def write(self, message: str) -> None:

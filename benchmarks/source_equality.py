@@ -1,0 +1,90 @@
+"""Fashion-MNIST in every source vitkit reads, in one sample order, and a bitwise comparison of the runs' losses.
+
+`prepare OUT` writes, from the IDX files:
+  OUT/memory/   the IDX files with the samples stably sorted by class: the in-memory source (data.data_dir)
+  OUT/folder/   the same images as PNG in an ImageFolder, OUT/folder/{train,test}/<label>_<name>/<position>.png
+An ImageFolder's sample i is the i-th file in (class folder, file name) order, so a folder cannot hold the IDX
+order; sorting the in-memory copy by class gives both sources the same index -> image map (training draws its
+batches by a seeded permutation, so storage order does not change what training sees, only which index holds an
+image). `vitkit data pack fashion_mnist --data-dir OUT/memory` then writes the WebDataset and HF copies in the
+same order.
+
+`compare RUN_A RUN_B ...` prints, for each run against the first, whether every training loss in metrics.jsonl is
+bitwise equal (else the first differing step and the largest difference) and the final test accuracy.
+
+    python benchmarks/source_equality.py prepare /work/big/fm
+    python benchmarks/source_equality.py compare runs/memory runs/folder runs/hf runs/wds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+import torch
+from PIL import Image
+from tqdm import tqdm
+
+from vitkit.data.sources import FASHION_FILES, load_fashion_mnist, write_idx
+
+
+def folder_name(label: int, name: str) -> str:
+    """'<label>_<name>' with path-unsafe characters replaced: sorted folder order is label order."""
+    return f"{label}_{re.sub(r'[^A-Za-z0-9]+', '_', name).strip('_')}"
+
+
+def prepare(out: Path, data_dir: str | None) -> None:
+    for split in ("train", "test"):
+        dataset = load_fashion_mnist(split, data_dir, subset="full")
+        order = torch.sort(dataset.labels, stable=True).indices
+        images, labels = dataset.images[order], dataset.labels[order]
+        image_file, label_file = FASHION_FILES[split]
+        (out / "memory").mkdir(parents=True, exist_ok=True)
+        write_idx(out / "memory" / image_file, images[:, 0].numpy())
+        write_idx(out / "memory" / label_file, labels.numpy().astype("uint8"))
+        folders = [out / "folder" / split / folder_name(i, c) for i, c in enumerate(dataset.classes)]
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+        for position in tqdm(range(len(labels)), desc=f"{split} PNGs", unit="img", mininterval=2.0):
+            pixels = images[position, 0].numpy()
+            Image.fromarray(pixels, "L").save(folders[int(labels[position])] / f"{position:05d}.png")
+        print(f"{split}: {len(labels)} images from {dataset.source}, sorted by class, in {out}/memory and {out}/folder")
+
+
+def losses(run: Path) -> dict[int, float]:
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
+
+
+def compare(runs: list[Path]) -> None:
+    reference = losses(runs[0])
+    for run in runs:
+        report = json.loads((run / "report.json").read_text())
+        found = losses(run)
+        steps = sorted(set(reference) & set(found))
+        differing = [s for s in steps if found[s] != reference[s]]
+        largest = max((abs(found[s] - reference[s]) for s in steps), default=0.0)
+        verdict = "bitwise equal" if not differing and steps else f"first difference at step {differing[0]}"
+        print(f"{run}: {len(steps)} losses vs {runs[0].name}: {verdict}, largest difference {largest:.3g}; "
+              f"test top-1 {100 * report['test_top1']:.2f}% ({report['train_data']})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("prepare", help="write the class-sorted IDX copy and the PNG ImageFolder")
+    p.add_argument("out", type=Path)
+    p.add_argument("--data-dir", default=None, help="where the Fashion-MNIST IDX files are (default: vitkit's search)")
+    c = sub.add_parser("compare", help="compare the training losses of runs against the first")
+    c.add_argument("runs", type=Path, nargs="+")
+    args = parser.parse_args()
+    if args.action == "prepare":
+        prepare(args.out, args.data_dir)
+    else:
+        compare(args.runs)
+
+
+if __name__ == "__main__":
+    main()
