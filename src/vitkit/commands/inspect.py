@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
     add_max_pixels_argument(parser)
+    parser.add_argument(
+        "--allow-non-finite", action="store_true", help="inspect weights holding NaN or inf (refused by default)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "rollout_images" else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    model = load_weights(args.weights)
+    model = load_weights(args.weights, allow_non_finite=args.allow_non_finite)
     if not hasattr(model, "forward_attention"):
         raise ValueError(
             f"{args.weights}: a {type(model).__name__} has no attention to inspect; inspect needs a ViT"
