@@ -98,11 +98,15 @@ def test_convert_refuses_its_own_source_and_a_directory_as_a_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["convert", WEIGHTS, str(tmp_path / "w"), "--to", "vitkit"]) == 0
+    for _ in range(2):  # an existing file destination is replaced, as cp replaces it
+        assert cli.main(["convert", WEIGHTS, str(tmp_path / "w.npz"), "--to", "npz"]) == 0
+    assert vitkit.load_weights(tmp_path / "w.npz") is not None
     capsys.readouterr()
     for argv, message in (
         (["convert", str(tmp_path / "w"), str(tmp_path / "w"), "--to", "vitkit"], "is or is inside the source"),
         (["convert", str(tmp_path / "w"), str(tmp_path / "w" / "x"), "--to", "hf"], "is or is inside the source"),
         (["convert", WEIGHTS, str(tmp_path / "w"), "--to", "npz"], "is a directory; --to npz writes a file"),
+        (["convert", str(tmp_path / "w.npz"), str(tmp_path / "w.npz"), "--to", "npz"], "is or is inside the source"),
     ):
         code, error = run(argv, capsys)
         assert code == 2 and error.count("\n") == 1 and message in error, error

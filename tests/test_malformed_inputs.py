@@ -6,21 +6,27 @@ traceback, never a run directory or output left by a rejected command, never cod
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
 import os
 import struct
 import zlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
+from tiny_run import TINY
 
 import vitkit
 from vitkit import cli
 from vitkit.data.decode import ImageDecodeError
-from vitkit.data.folder import IMAGE_EXTENSIONS
+from vitkit.data.folder import IMAGE_EXTENSIONS, FolderSource
+from vitkit.data.pack import pack
+from vitkit.data.shards import ShardSource
 from vitkit.data.spec import open_source
 from vitkit.inspect.images import read_images
 from vitkit.storage import save_pretrained
@@ -28,6 +34,7 @@ from vitkit.storage import save_pretrained
 DATA = Path(__file__).parent / "data" / "official_vit"
 WEIGHTS = str(DATA / "A_params.npz")
 RNG = np.random.default_rng(0)
+HAS_DATASETS = importlib.util.find_spec("datasets") is not None
 PIXELS = RNG.integers(0, 256, (24, 20, 3), dtype=np.uint8)
 GREY = PIXELS[..., 0]
 
@@ -250,3 +257,68 @@ def test_malformed_weights_are_one_line_and_run_no_code(tmp_path, capsys) -> Non
             assert len(lines) == 1 and "Traceback" not in err and str(path) in lines[0], (name, err)
             assert out is None or not out.exists(), name
     assert not (tmp_path / "code-ran").exists()
+
+
+@pytest.fixture(scope="module")
+def sources(corpus, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The corpus's image files as an ImageFolder (train/good, train/broken, test/good) and packed with their
+    bytes as they are into WebDataset shards and a Hugging Face dataset: the data.source of each."""
+    root, good, broken = corpus
+    base = tmp_path_factory.mktemp("sources")
+    folder = base / "folder"
+    for split, kind, paths in (("train", "good", good), ("train", "broken", broken), ("test", "good", good)):
+        (folder / split / kind).mkdir(parents=True)
+        for name, path in paths.items():
+            os.symlink(path, folder / split / kind / name)
+    specs = {"folder": f"folder:{folder}"}
+    for fmt in ("wds", "hf") if HAS_DATASETS else ("wds",):
+        pack({split: FolderSource(folder, split) for split in ("train", "test")}, base / fmt, fmt, shard_images=7)
+        specs[fmt] = f"{fmt}:{base / fmt}"
+    return specs
+
+
+def read_every_sample(source) -> tuple[dict[int, torch.Tensor], dict[int, str]]:
+    """Each sample's pixels or one-line error, by index, read as training reads it."""
+    if isinstance(source, ShardSource):
+        encoded = [sample for shard in range(len(source.paths)) for sample in source.samples(shard)]
+        reads = [(index, name, partial(source.decode, name, data, label, 3)) for index, name, data, label in encoded]
+    else:
+        reads = [(index, source.name(index), partial(source.read, index)) for index in range(len(source))]
+    pixels, errors = {}, {}
+    for index, name, read in reads:
+        try:
+            pixels[index] = read()
+        except ImageDecodeError as error:
+            assert "\n" not in str(error) and str(error).startswith(f"{name}: "), str(error)
+            errors[index] = str(error)
+    return pixels, errors
+
+
+def test_every_data_source_reads_the_same_pixels_and_names_each_broken_image(sources, corpus) -> None:
+    """folder:, wds: and hf: hold the same bytes in the same order: the same pixels, the same unreadable
+    samples (each a one-line error naming the sample), nothing lost in packing."""
+    _, good, broken = corpus
+    folder = open_source(sources["folder"], "train")
+    names = [Path(folder.name(index)).name for index in range(len(folder))]
+    expected_broken = {index for index, name in enumerate(names) if name in broken}
+    assert expected_broken and set(names) == {n for n in [*good, *broken] if Path(n).suffix in IMAGE_EXTENSIONS}
+    pixels, errors = read_every_sample(folder)
+    assert set(errors) == expected_broken
+    for kind, spec in sources.items():
+        got_pixels, got_errors = read_every_sample(open_source(spec, "train"))
+        assert set(got_errors) == expected_broken, (kind, got_errors)
+        assert got_pixels.keys() == pixels.keys() and all(torch.equal(got_pixels[i], pixels[i]) for i in pixels), kind
+
+
+def test_training_on_broken_data_stops_in_one_line_and_resumes_skipping(sources, tmp_path, capsys) -> None:
+    """data.on_corrupt='stop' ends the run with one line naming an unreadable sample; the same run continues
+    with --resume data.on_corrupt=skip, leaving the unreadable samples out and listing them in report.json."""
+    run = tmp_path / "run"
+    recipe = ["model.img_size=16", "model.patch_size=4", "model.in_chans=3", "train.batch_size=8", "optim.warmup_steps=0"]
+    argv = ["train", "--out", str(run), "--steps", "2", *TINY, *recipe, f"data.source={sources['wds']}"]
+    assert cli.main(argv) == 2
+    lines = stderr_lines(capsys.readouterr().err, "train")
+    assert len(lines) == 1 and "wds/train-000000.tar:" in lines[0] and "data.on_corrupt='skip'" in lines[0], lines
+    assert cli.main(["train", "--out", str(run), "--resume", "data.on_corrupt=skip"]) == 0
+    skipped = json.loads((run / "report.json").read_text())["skipped_images"]
+    assert skipped and all("wds/train-" in line and "\n" not in line for line in skipped), skipped
