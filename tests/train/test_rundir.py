@@ -109,6 +109,9 @@ def test_the_resume_mismatch_names_only_the_differing_fields(
         ("train.label_smoothing=1", "train.label_smoothing must be in [0, 1), got 1.0"),
         ("data.crop=zoom", "data.crop must be one of"),
         ("data.dataset=/no/such/folder", "/no/such/folder: no such ImageFolder directory"),
+        ("data.source=wds:/no/such/shards", "/no/such/shards: no such directory"),
+        ("data.source=hf:/no/such/dataset", "/no/such/dataset: no such directory"),
+        ("data.source=folder:/", "ImageFolder train needs the directories /train"),
     ],
 )
 def test_a_rejected_recipe_leaves_no_run_directory(
