@@ -354,8 +354,10 @@ def valid_keys(config: RunConfig, section: str) -> list[str]:
     return keys
 
 
-# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them.
-RESUME_MAY_CHANGE = ("data.workers", "data.prefetch")
+# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
+# stopped by an unreadable image (data.on_corrupt='stop') saw none before it, so it continues with 'skip' exactly
+# as if it had started with it.
+RESUME_MAY_CHANGE = ("data.workers", "data.prefetch", "data.on_corrupt")
 RENAMED = {"data.dataset": "data.source"}  # other names a recipe may use for a key
 
 
