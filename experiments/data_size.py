@@ -7,6 +7,7 @@ and a figure of accuracy against data size with one line per family.
 
     python -m experiments.data_size --out runs/exp_data_size            # ~2 h per seed on 2 CPU cores
     python -m experiments.data_size --seeds 3                           # the spread over subsets and seeds
+    python -m experiments.data_size --families vit                      # one family (one per machine)
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from vitkit.flops import count_flops
 SIZES = (1000, 3000, 10000, 30000, 60000)
 BASE_STEPS = 800
 SHOTS = (5, 25)
-FAMILIES = (VIT, RESNET, HYBRID)
+FAMILIES = {"vit": VIT, "resnet": RESNET, "hybrid": HYBRID}
 
 
 def steps_for(size: int, base_steps: int) -> int:
@@ -72,14 +73,23 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="comma-separated subset sizes")
     p.add_argument("--seeds", type=int, default=1, help="subsets and initialisations per size (seeds 0..n-1)")
     p.add_argument("--base-steps", type=int, default=BASE_STEPS, help="steps at 1,000 images (default 800)")
+    p.add_argument(
+        "--families",
+        default=",".join(FAMILIES),
+        help=f"comma-separated families among {', '.join(FAMILIES)} (default all; e.g. one per machine)",
+    )
     args = p.parse_args(argv)
     out = Path(args.out)
     sizes = [int(s) for s in args.sizes.split(",")]
+    keys = args.families.split(",")
+    if unknown := sorted(set(keys) - set(FAMILIES)):
+        p.error(f"--families: unknown {', '.join(unknown)}; choose among {', '.join(FAMILIES)}")
+    families = [FAMILIES[key] for key in keys]
     reports: dict[tuple[str, int], list[dict[str, Any]]] = {}
     flops: dict[str, float] = {}
     for size in sizes:
         steps = scaled(steps_for(size, args.base_steps), args.steps_scale)
-        for family in FAMILIES:
+        for family in families:
             for seed in range(args.seeds):
                 run_dir = out / f"{family.recipe.removesuffix('.toml')}_n{size}_s{seed}"
                 report = run_vitkit("train", run_dir, run_args(family, size, seed, steps, args))
@@ -101,7 +111,7 @@ def main(argv: list[str] | None = None) -> Path:
     ]
     rows = []
     for size in sizes:
-        for family in FAMILIES:
+        for family in families:
             runs = reports[(family.name, size)]
             shots = [percent([r[f"fewshot_{k}shot"] for r in runs]) for k in SHOTS]
             images = round(runs[0]["epochs"] * size)  # steps x batch
@@ -122,7 +132,7 @@ def main(argv: list[str] | None = None) -> Path:
         ["test_top1", *(f"fewshot_{k}shot" for k in SHOTS)],
         ["test top-1", *(f"{k}-shot linear" for k in SHOTS)],
     ):
-        for family in FAMILIES:
+        for family in families:
             samples = [[100 * r[key] for r in reports[(family.name, size)]] for size in sizes]
             plot_spread(ax, sizes, samples, f"{family.name} ({flops[family.name]:.1f} MFLOPs)")
         ax.set(xscale="log", xlabel="labelled training images", ylabel=f"{label} (%)", title=label)
@@ -131,16 +141,18 @@ def main(argv: list[str] | None = None) -> Path:
         ax.grid(alpha=0.3)
     axes[0].legend()
     figure.suptitle("Fashion-MNIST: accuracy against data size at equal compute per size")
-    best = "; ".join(f"{size:,}: {best_family(reports, size)}" for size in sizes)
+    best = "; ".join(f"{size:,}: {best_family(reports, families, size)}" for size in sizes)
     steps = f"{args.base_steps} x {args.steps_scale:g}"
     notes = f"Best test top-1 per size: {best}. Seeds: {args.seeds}. Steps at 1,000 images: {steps}."
     title = "Data size decides: accuracy against labelled images"
     return write_results(out, "data_size", title, (header, rows), figure, notes)
 
 
-def best_family(reports: dict[tuple[str, int], list[dict[str, Any]]], size: int) -> str:
+def best_family(
+    reports: dict[tuple[str, int], list[dict[str, Any]]], families: list[Family], size: int
+) -> str:
     """The family with the highest mean test top-1 at a subset size."""
-    return max(FAMILIES, key=lambda f: mean_std([r["test_top1"] for r in reports[(f.name, size)]])[0]).name
+    return max(families, key=lambda f: mean_std([r["test_top1"] for r in reports[(f.name, size)]])[0]).name
 
 
 if __name__ == "__main__":

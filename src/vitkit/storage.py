@@ -1,14 +1,18 @@
 """How vitkit puts files on disk: atomic writes, safetensors (no pickle), and the save_pretrained directory.
 
 A save_pretrained directory (config.json + model.safetensors) round-trips a model bit for bit with
-`vitkit.from_pretrained`; every file is written under a temporary name, fsynced and renamed into place.
+`vitkit.from_pretrained`; every file is written under a temporary name, fsynced and renamed into place, with
+the permissions the umask gives (like any Unix tool: 0644 under umask 022). A write that fails because the
+disk is full removes its temporary file and raises DiskFull, which names the device and the file.
 This module imports nothing of vitkit, so the models can inherit `SavePretrainedMixin` from it.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -24,19 +28,96 @@ WEIGHTS_NAME = "model.safetensors"
 FINAL_DIR = "final"  # a training run's final weights: a save_pretrained directory inside the run directory
 
 
+class DiskFull(OSError):
+    """A write failed for want of space: "no space left on <device> writing <path>"."""
+
+    def __init__(self, path: str | os.PathLike, detail: str = "") -> None:
+        super().__init__(errno.ENOSPC, f"no space left on {device_of(path)} writing {path}{detail}")
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def device_of(path: str | os.PathLike) -> str:
+    """The file system holding `path`, as 'DEVICE (MOUNT POINT)' from /proc/self/mounts where available."""
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    device = existing.stat().st_dev
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        mounts = []
+    found = None
+    for line in mounts:
+        source, mount_point = line.split()[:2]
+        mount_point = mount_point.replace("\\040", " ")
+        try:
+            if os.stat(mount_point).st_dev == device:
+                found = f"{source} ({mount_point})"
+        except OSError:
+            continue
+    return found or f"the file system of {existing}"
+
+
+def is_disk_full(error: BaseException, path: str | os.PathLike) -> bool:
+    """Whether a failed write was for want of space: ENOSPC/EDQUOT anywhere in the exception chain (or in the
+    text of libraries that wrap it), or no space left where `path` lives (torch.save's zip writer reports a full
+    disk as "unexpected pos")."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if "No space left on device" in str(seen) or "StorageFull" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    existing = Path(path).absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    return shutil.disk_usage(existing).free < 1 << 20
+
+
+def current_umask() -> int:
+    """The process umask (read from /proc on Linux, so no other thread sees it change)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give a file made by mkstemp (0600) or a directory made by mkdtemp (0700) the mode a plain open or mkdir
+    would: 0666 or 0777 less the umask."""
+    os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~current_umask())
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
-    """Call `write(tmp)` then fsync and rename onto `path`, so a reader never sees a half-written file."""
+    """Call `write(tmp)` then fsync and rename onto `path`, so a reader never sees a half-written file; the file
+    gets the umask's permissions. A full disk raises DiskFull (the temporary file removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:  # name the file asked for, not the temporary one
+        raise type(error)(error.errno, error.strerror, str(path)) from None
     os.close(fd)
     try:
         write(tmp)
+        follow_umask(tmp)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as error:
+        full = isinstance(error, Exception) and is_disk_full(error, tmp)
         Path(tmp).unlink(missing_ok=True)
+        if full and not isinstance(error, DiskFull):
+            raise DiskFull(path) from error
         raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
@@ -95,6 +176,9 @@ def read_config(directory: str | os.PathLike) -> dict[str, Any]:
             f"{path}: missing; a vitkit weights directory holds {CONFIG_NAME} and {WEIGHTS_NAME}"
         )
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as error:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: invalid JSON ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: expected a JSON object of config fields, got a {type(config).__name__}")
+    return config

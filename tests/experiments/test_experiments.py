@@ -1,6 +1,7 @@
 """The three experiment commands' plumbing on the embedded subset with tiny models and a few steps: each runs,
 writes its table and figure, and the table's numbers are those of the run directories it trained. Not their
-results (that takes hours: docs/RESULTS.md). Each trains 3-7 tiny runs, several seconds: marked slow."""
+results (that takes hours: docs/RESULTS.md). Each run's own figures (the engine's, tested there) are left out
+for speed; data_size with all three families (a few seconds more) is marked slow."""
 
 import json
 from pathlib import Path
@@ -9,9 +10,17 @@ import pytest
 from experiments.common import markdown_table, percent
 
 from experiments import data_size, transfer, vit_budget
+from vitkit.train import report as report_module
 from vitkit.train.report import read_metrics
 
 PNG_MAGIC = b"\x89PNG"
+
+
+@pytest.fixture(autouse=True)
+def no_run_figures(monkeypatch):
+    """Each run's own curves and confusion matrix are the engine's (tested there): left out for speed."""
+    monkeypatch.setattr(report_module, "write_curves", lambda run_dir: None)
+    monkeypatch.setattr(report_module, "plot_confusion", lambda *args: None)
 
 
 def table_rows(markdown: str) -> list[list[str]]:
@@ -31,14 +40,27 @@ def check_outputs(md: Path) -> str:
     return text
 
 
-@pytest.mark.slow
-def test_data_size_trains_every_family_on_the_same_subsets_and_tabulates_their_reports(tmp_path):
+@pytest.mark.parametrize("families", ["vit", pytest.param("vit,resnet,hybrid", marks=pytest.mark.slow)])
+def test_data_size_trains_each_family_on_the_same_subsets_and_tabulates_their_reports(tmp_path, families):
     md = data_size.main(
-        ["--out", str(tmp_path), "--tiny", "--sizes", "50", "--steps-scale", "0.001", "--processes", "1"]
+        [
+            "--out",
+            str(tmp_path),
+            "--tiny",
+            "--sizes",
+            "50",
+            "--steps-scale",
+            "0.001",
+            "--processes",
+            "1",
+            "--families",
+            families,
+        ]
     )
+    chosen = [data_size.FAMILIES[key] for key in families.split(",")]
     rows = {row[1]: row for row in table_rows(check_outputs(md)) if row[0] == "50"}
-    assert set(rows) == {f.name for f in data_size.FAMILIES}
-    for family in data_size.FAMILIES:
+    assert set(rows) == {f.name for f in chosen}
+    for family in chosen:
         run = tmp_path / f"{family.recipe.removesuffix('.toml')}_n50_s0"
         r = report(run)
         assert "class-balanced subset of 50 images (seed 0)" in r["train_data"]
@@ -47,7 +69,12 @@ def test_data_size_trains_every_family_on_the_same_subsets_and_tabulates_their_r
         ]
 
 
-@pytest.mark.slow
+def test_data_size_names_the_families_it_knows(capsys):
+    with pytest.raises(SystemExit):
+        data_size.main(["--families", "vit,vgg"])
+    assert "--families: unknown vgg; choose among vit, resnet, hybrid" in capsys.readouterr().err
+
+
 def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp_path):
     md = transfer.main(
         [
@@ -76,7 +103,6 @@ def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp
         assert rows[label][3:] == [percent(shots[str(k)]["runs"]) for k in transfer.SHOTS]
 
 
-@pytest.mark.slow
 def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_path):
     md = vit_budget.main(
         [

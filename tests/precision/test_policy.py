@@ -7,6 +7,10 @@ import pytest
 import torch
 
 from vitkit import precision
+from vitkit.bench.options import auto_row, bench_dtypes
+from vitkit.bench import table
+from vitkit.bench.table import environment
+from vitkit.models import create_model
 from vitkit.precision import Precision, choose_precision, inference_precision
 
 AMX_LIKE = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # Sapphire Rapids
@@ -21,7 +25,9 @@ def fresh_cache(monkeypatch):
 
 
 def fake_cpu(monkeypatch, flags: frozenset[str]) -> None:
+    """The policy and the bench tables' environment line both read these flags."""
     monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(table, "cpu_flags", lambda: flags)
 
 
 def sleeping_step(fp32_s: float, bf16_s: float, calls: list):
@@ -48,10 +54,14 @@ def test_zen3_like_cpu_is_fp32_without_measuring(monkeypatch):
 def test_amx_like_cpu_picks_bf16_when_measured_faster(monkeypatch):
     fake_cpu(monkeypatch, AMX_LIKE)
     calls = []
-    chosen = choose_precision("auto", "cpu", measure=sleeping_step(0.03, 0.005, calls), key="m", what="a step")
+    chosen = choose_precision(
+        "auto", "cpu", measure=sleeping_step(0.03, 0.005, calls), key="m", what="a step"
+    )
     assert chosen.name == "bf16" and chosen.autocast_dtype == torch.bfloat16
     assert "amx_bf16 and avx512_bf16" in chosen.reason and "bf16 measured faster" in chosen.reason
-    assert calls.count(None) == calls.count(torch.bfloat16) == 1 + precision.MEASURE_ROUNDS  # warm-up + rounds
+    assert (
+        calls.count(None) == calls.count(torch.bfloat16) == 1 + precision.MEASURE_ROUNDS
+    )  # warm-up + rounds
     # cached per process: the same key is not measured again
     assert choose_precision("auto", "cpu", measure=never_measured, key="m").name == "bf16"
 
@@ -79,7 +89,10 @@ def test_inference_precision_measures_the_models_forward(monkeypatch):
     model.register_forward_hook(lambda m, args, out: seen.append((args[0].shape, out.dtype)))
     chosen = inference_precision("auto", model, batch_size=100)
     assert chosen.name in ("bf16", "fp32") and "per call of a forward pass at batch 32" in chosen.reason
-    assert (torch.Size([32, 1, 2, 2]), torch.bfloat16) in seen and (torch.Size([32, 1, 2, 2]), torch.float32) in seen
+    assert (torch.Size([32, 1, 2, 2]), torch.bfloat16) in seen and (
+        torch.Size([32, 1, 2, 2]),
+        torch.float32,
+    ) in seen
 
 
 def test_explicit_choices_are_kept_and_bad_names_refused(monkeypatch):
@@ -128,3 +141,24 @@ def test_cuda_inference_runs_in_bf16_and_records_the_gpu():
     assert chosen.name == "bf16" and chosen.record()["device"].startswith("cuda:")
     with chosen.autocast():
         assert model(torch.randn(8, 2, device="cuda")).dtype == torch.bfloat16
+
+
+def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):
+    model = create_model(
+        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32
+    )
+    fake_cpu(monkeypatch, ZEN3_LIKE)
+    row = auto_row(model, 8)
+    assert row["precision"] == "fp32"
+    assert row["implementation"].startswith(
+        "auto picks fp32 on cpu: this CPU has no native bf16 matrix units"
+    )
+    assert "flags avx2 fma: no native bf16 units" in environment()
+    fake_cpu(monkeypatch, AMX_LIKE)
+    assert "flags avx2 fma avx512f avx512_bf16 amx_bf16: native bf16" in environment()
+    assert auto_row(model, 8)["implementation"].startswith(
+        "auto picks "
+    )  # measured: either, with the timings
+    assert bench_dtypes("both") == {"fp32": None, "bf16": torch.bfloat16} and bench_dtypes("fp32") == {
+        "fp32": None
+    }

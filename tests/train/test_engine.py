@@ -85,7 +85,7 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_p
     code = cli.main(["train", "--out", str(out), "--steps", "30", "--checkpoint-every", "5", *tiny])
     error = capsys.readouterr().err
     assert code == 1
-    assert "loss is nan at step 13" in error and "step_00000010" in error
+    assert "loss is nan at step 13" in error and "last good checkpoint: step 10" in error
     assert (out / "checkpoints" / "step_00000010" / "state.json").is_file()
     assert not (out / "final").exists()
     weights = load_state_dict(out / "checkpoints" / "step_00000010" / "model.safetensors")

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from vitkit import cli
-from vitkit.train import checkpoint as ckpt
 from vitkit.storage import load_state_dict
+from vitkit.train import checkpoint as ckpt
+from vitkit.train.rundir import remove_leftovers
 
 # Dropout, drop-path, EMA and gradient accumulation on: every piece of state a resume must restore.
 STATEFUL = ["model.dropout=0.1", "model.drop_path=0.1", "train.ema_decay=0.99", "train.micro_batch_size=16"]
@@ -66,5 +67,5 @@ def test_partial_checkpoints_are_ignored_and_cleaned(tmp_path):
     (root / "step_00000020").mkdir()  # renamed by hand or damaged: no manifest, never picked up
     (root / ".tmp-step_00000030-abc").mkdir()  # a writer killed mid-checkpoint
     assert ckpt.latest_checkpoint(tmp_path) == root / "step_00000010"
-    ckpt.remove_partial(tmp_path)
+    remove_leftovers(tmp_path)
     assert not (root / ".tmp-step_00000030-abc").exists()

@@ -10,6 +10,7 @@ from torch import nn
 
 import vitkit
 from vitkit.flops import count_flops
+from vitkit.precision import autocast
 
 
 def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000, seed: int = 0) -> nn.Module:
@@ -23,14 +24,23 @@ def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000,
     return model.eval()
 
 
-def forward_call(model: nn.Module, x: torch.Tensor) -> Callable[[], object]:
-    """One inference-mode forward of `x`, as a candidate for `timing.alternate`."""
+def forward_call(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> Callable[[], object]:
+    """One inference-mode forward of `x` (under autocast to `dtype`, if given), as a candidate for
+    `timing.alternate`; on CUDA it waits for the GPU to finish."""
 
     def run() -> object:
-        with torch.inference_mode():
-            return model(x)
+        with torch.inference_mode(), autocast(x.device, dtype):
+            out = model(x)
+        synchronize(x.device)
+        return out
 
     return run
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a CUDA device (timing); nothing on CPU."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def forward_flops(model: nn.Module, x: torch.Tensor) -> float:

@@ -9,13 +9,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from vitkit.bench.candidates import bench_model
-from vitkit.bench.memory import peak_allocated_bytes, resident_bytes
-from vitkit.bench.options import add_clock
+from vitkit.bench.candidates import bench_model, synchronize
+from vitkit.bench.memory import fit_memory, peak_allocated_bytes, resident_bytes
+from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, bench_dtypes
 from vitkit.bench.timing import alternate
+from vitkit.precision import autocast
 
 NAME = "memory"
-HELP = "peak memory of an AdamW training step with and without gradient checkpointing (measured, not fitted)"
+HELP = ("peak memory of an AdamW training step with and without gradient checkpointing, fp32 and/or bf16, and the "
+        "largest batch that fits a budget")
 COLUMNS = None
 MIB = 2**20
 
@@ -25,57 +27,74 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="default 32")
     parser.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
     parser.add_argument("--time-rounds", type=int, default=0, help="also time both steps, alternated")
+    parser.add_argument("--budget-gib", type=float, default=16.0,
+                        help="memory budget of the largest-batch column (default 16 GiB, a TPUv3 core)")
+    add_bench_precision(parser)
+    add_bench_device(parser)
     add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    return checkpointing_memory(args.model, args.batch_size, args.img_size, args.time_rounds, log, args.clock)
+    return checkpointing_memory(args.model, args.batch_size, args.img_size, args.time_rounds, log, args.clock,
+                                args.precision, args.budget_gib, args.device)
 
 
-def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor):
-    """forward, cross-entropy, backward, optimizer step, gradients freed: what a training loop does per batch."""
+def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                dtype: torch.dtype | None = None):
+    """forward (under autocast to `dtype`), cross-entropy in float32, backward, optimizer step, gradients freed:
+    what a training loop does per batch."""
 
     def step() -> None:
-        loss = nn.functional.cross_entropy(model(x), y)
+        with autocast(x.device, dtype):
+            logits = model(x)
+        loss = nn.functional.cross_entropy(logits.float(), y)
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        synchronize(x.device)
 
     return step
 
 
 def checkpointing_memory(
     model_name: str = "ViT-B/16", batch_size: int = 32, img_size: int | None = None, time_rounds: int = 0,
-    log: Callable[[str], None] | None = None, clock: str = "wall",
+    log: Callable[[str], None] | None = None, clock: str = "wall", precision: str = "fp32",
+    budget_gib: float = 16.0, device: str = "cpu",
 ) -> list[dict]:
-    """Peak memory of one AdamW training step with and without gradient checkpointing (measured, not fitted); with
-    `time_rounds`, also the step time of both, alternated."""
-    model = bench_model(model_name, img_size)
+    """Peak memory of one AdamW training step with and without gradient checkpointing, in each precision of
+    `precision` (measured, not fitted), at `batch_size` and at half of it: the two points give the memory per
+    image and the largest batch within `budget_gib`. With `time_rounds`, also the step time of each, alternated."""
+    model = bench_model(model_name, img_size).to(device)
     shape = (model.config.in_chans, *model.config.img_size)
-    x, y = torch.randn(batch_size, *shape), torch.randint(0, model.config.num_classes, (batch_size,))
+    x = torch.randn(batch_size, *shape, device=device)
+    y = torch.randint(0, model.config.num_classes, (batch_size,), device=device)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    step = _train_step(model, optimizer, x[:1], y[:1])
-    step()
+    _train_step(model, optimizer, x[:1], y[:1])()
     resident = resident_bytes(model, optimizer)
+    half = max(batch_size // 2, 1)
     rows, steps = [], {}
-    for enabled in (False, True):
-        model.set_grad_checkpointing(enabled)
-        step = _train_step(model, optimizer, x, y)
-        peak = peak_allocated_bytes(step)
-        label = "checkpointing" if enabled else "no checkpointing"
-        steps[label] = (lambda s=step, e=enabled: (model.set_grad_checkpointing(e), s()))
-        rows.append({"model": model_name, "batch": batch_size, "gradient checkpointing": enabled,
-                     "peak above resident (MiB)": peak / MIB, "resident (MiB)": resident / MIB,
-                     "peak total (MiB)": (peak + resident) / MIB})
-        if log:
-            log(str(rows[-1]))
-    base = rows[0]["peak above resident (MiB)"]
-    for row in rows:
-        row["vs no checkpointing"] = row["peak above resident (MiB)"] / base
+    for name, dtype in bench_dtypes(precision).items():
+        for enabled in (False, True):
+            model.set_grad_checkpointing(enabled)
+            step = _train_step(model, optimizer, x, y, dtype)
+            fit = fit_memory(lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),
+                             resident, (half, batch_size) if half < batch_size else (1, 2))
+            peak = fit.peak(batch_size) - resident
+            label = f"{name}, {'checkpointing' if enabled else 'no checkpointing'}"
+            steps[label] = (lambda s=step, e=enabled: (model.set_grad_checkpointing(e), s()))
+            rows.append({"model": model_name, "batch": batch_size, "precision": name, "gradient checkpointing": enabled,
+                         "peak above resident (MiB)": peak / MIB, "resident (MiB)": resident / MIB,
+                         "peak total (MiB)": (peak + resident) / MIB, "MiB/image": fit.per_image / MIB,
+                         f"largest batch in {budget_gib:g} GiB": fit.largest_batch(budget_gib * 2**30)})
+            if log:
+                log(str(rows[-1]))
+    for row in rows:  # against the same precision without checkpointing
+        base = next(r for r in rows if r["precision"] == row["precision"] and not r["gradient checkpointing"])
+        row["vs no checkpointing"] = row["peak above resident (MiB)"] / base["peak above resident (MiB)"]
     if time_rounds:
         results = alternate(steps, rounds=time_rounds, warmup=0, clock=clock)
-        for row, label in zip(rows, steps):
+        for row, label in zip(rows, steps, strict=True):
             row["step s (median)"] = results[label].median
             row["images/s"] = batch_size / results[label].median
     model.set_grad_checkpointing(False)

@@ -8,14 +8,14 @@ from collections.abc import Callable, Sequence
 import torch
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
-from vitkit.bench.options import add_clock, comma_names
+from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, auto_row, bench_dtypes, comma_names
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 
 NAME = "inference"
 HELP = "images/s, GFLOP/s and MFU of vitkit and its peers (timm, transformers, torchvision), same weights"
-COLUMNS = ["model", "batch", "implementation", "images/s", "GFLOP/s", "MFU", "vs vitkit", "ratio range",
-           "best GFLOP/s", "spread"]
+COLUMNS = ["model", "batch", "implementation", "precision", "images/s", "GFLOP/s", "MFU", "vs vitkit",
+           "vs vitkit fp32", "ratio range", "best GFLOP/s", "spread"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,13 +25,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--peers", type=comma_names, default=list(PEERS), help="comma-separated peers")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each candidate first")
     parser.add_argument("--compile", action="store_true", help="torch.compile every candidate")
+    add_bench_precision(parser)
+    add_bench_device(parser)
     add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
     return inference_vs_peers(
         args.model, args.batch_size, args.peers, args.rounds, args.warmup,
-        img_size=args.img_size, compile=args.compile, log=log, clock=args.clock,
+        img_size=args.img_size, compile=args.compile, log=log, clock=args.clock, precision=args.precision,
+        device=args.device, gemm_size=args.gemm_size,
     )
 
 
@@ -46,44 +49,54 @@ def inference_vs_peers(
     compile: bool = False,
     log: Callable[[str], None] | None = None,
     clock: str = "wall",
+    precision: str = "fp32",
+    device: str = "cpu",
+    gemm_size: int = 2048,
 ) -> list[dict]:
     """Images/s, GFLOP/s, MFU and speed relative to vitkit for vitkit and its peers at identical weights, timed in
-    alternation with a 2048^3 GEMM (the ceiling) in the same rounds."""
-    model = bench_model(model_name, img_size)
-    x = torch.randn(batch_size, model.config.in_chans, *model.config.img_size)
+    alternation with a 2048^3 GEMM (the ceiling) in the same rounds.
+
+    `precision` 'bf16' runs everyone under the same bf16 autocast, with vitkit in fp32 and the bf16 GEMM ceiling
+    in the same rounds; 'both' times every implementation in both. A last row says what `auto` picks here, and why.
+    """
+    model = bench_model(model_name, img_size).to(device)
+    x = torch.randn(batch_size, model.config.in_chans, *model.config.img_size, device=device)
     flops = forward_flops(model, x)
     modules = {"vitkit": model}
     for peer in peers:
-        modules[peer] = build_peer(peer, model)
+        modules[peer] = build_peer(peer, model).to(device)
         diff = check_same_outputs(model, modules[peer], x[:2])
         if log:
             log(f"{peer}: same weights, max |logits diff| {diff:.2e}")
-    candidates = {name: forward_call(torch.compile(m) if compile else m, x) for name, m in modules.items()}
-    gemm, gemm_flops = gemm_candidate()
-    candidates["gemm"] = gemm
+    dtypes = bench_dtypes(precision)
+    compiled = {name: torch.compile(m) if compile else m for name, m in modules.items()}
+    candidates = {f"{name} {p}": forward_call(m, x, dtypes[p]) for p in dtypes for name, m in compiled.items()}
+    candidates.setdefault("vitkit fp32", forward_call(compiled["vitkit"], x))  # the reference of every ratio
+    for p, dtype in dtypes.items():
+        candidates[f"gemm {p}"], gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32, device=device)
     results = alternate(candidates, rounds=rounds, warmup=warmup + (2 if compile else 0), iters=iters,
                         on_round=round_logger(log, rounds), clock=clock)
-    for name in modules:
-        results[name].images, results[name].flops = batch_size, flops
-    results["gemm"].flops = gemm_flops
     rows = []
-    for name in modules:
+    for name in candidates:
+        if name.startswith("gemm"):
+            continue
+        implementation, p = name.rsplit(" ", 1)
         r = results[name]
-        lo, hi = ratio_range(results, name, "vitkit")
-        rows.append(
-            {
-                "implementation": name,
-                "images/s": r.images_per_s,
-                "GFLOP/s": r.gflops_per_s,
-                "MFU": mfu(results, name),
-                "vs vitkit": paired_ratio(results, name, "vitkit"),
-                "ratio range": f"{lo:.3f}-{hi:.3f}",
-                "spread": r.spread,
-            }
-        )
-    g = results["gemm"]
-    rows.append({"implementation": "GEMM 2048^3 (ceiling)", "GFLOP/s": g.gflops_per_s,
-                 "best GFLOP/s": g.flops / g.best / 1e9, "spread": g.spread})
+        r.images, r.flops = batch_size, flops
+        lo, hi = ratio_range(results, name, f"vitkit {p}")
+        rows.append({"implementation": implementation, "precision": p, "images/s": r.images_per_s,
+                     "GFLOP/s": r.gflops_per_s, "vs vitkit": paired_ratio(results, name, f"vitkit {p}"),
+                     "vs vitkit fp32": paired_ratio(results, name, "vitkit fp32"), "ratio range": f"{lo:.3f}-{hi:.3f}",
+                     "spread": r.spread})
+    for p in dtypes:
+        g = results[f"gemm {p}"]
+        g.flops = gemm_flops
+        rows.append({"implementation": f"GEMM {gemm_size}^3 (ceiling)", "precision": p, "GFLOP/s": g.gflops_per_s,
+                     "best GFLOP/s": g.flops / g.best / 1e9, "spread": g.spread})
+    for row in rows[: len(rows) - len(dtypes)]:
+        if row["precision"] in dtypes:
+            row["MFU"] = mfu(results, f"{row['implementation']} {row['precision']}", f"gemm {row['precision']}")
+    rows.append(auto_row(model, batch_size))
     for row in rows:
         row.update(model=model_name, batch=batch_size, GFLOPs_per_image=flops / batch_size / 1e9)
     return rows

@@ -5,17 +5,38 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
+from vitkit.precision import cpu_flags, native_bf16_units
+
+SHOWN_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")  # what the CPU's arithmetic can do
+
 
 def environment() -> str:
-    """One line on what the numbers were measured on (load average included: the machine may be shared)."""
+    """One line on what the numbers were measured on: CPU model and its native bf16 units, GPU, torch, threads,
+    load average (the machine may be shared)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    flags = " ".join(f for f in SHOWN_FLAGS if f in cpu_flags()) or "none of " + " ".join(SHOWN_FLAGS)
+    bf16 = "native bf16" if native_bf16_units() else "no native bf16 units"
+    gpu = f", GPU {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ""
     return (
+        f"{cpu_model()} (flags {flags}: {bf16}){gpu}, "
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()} "
         f"{os.cpu_count()} logical CPUs, load average {load:.1f} at start"
     )
+
+
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo (the platform's processor string elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 def format_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:

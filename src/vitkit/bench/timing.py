@@ -139,16 +139,21 @@ def round_logger(
     )
 
 
-def gemm_candidate(n: int = 2048, calls: int = 3) -> tuple[Callable[[], object], float]:
-    """A timed fp32 GEMM (torch.mm n x n x n, `calls` times per sample) and its FLOPs per sample: the practical
-    compute ceiling of the machine at the current thread count, measured in the same rounds as the models."""
-    a = torch.randn(n, n)
-    b = torch.randn(n, n)
-    out = torch.empty(n, n)
+def gemm_candidate(
+    n: int = 2048, calls: int = 3, dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"
+) -> tuple[Callable[[], object], float]:
+    """A timed GEMM (torch.mm n x n x n in `dtype`, `calls` times per sample) and its FLOPs per sample: the
+    practical compute ceiling of the machine at the current thread count, measured in the same rounds as the
+    models (bf16: the ceiling of bf16 autocast, whose products run in bf16)."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
 
     def run() -> None:
         for _ in range(calls):
             torch.mm(a, b, out=out)
+        if out.device.type == "cuda":
+            torch.cuda.synchronize(out.device)
 
     return run, 2.0 * n**3 * calls
 

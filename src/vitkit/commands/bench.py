@@ -5,6 +5,7 @@
     vitkit bench resolution --models ViT-S/16,ViT-B/16 --sizes 160,224,288,384 --plot out.png   # Appendix D.5
     vitkit bench memory     --model ViT-B/16 --batch-size 32                # gradient-checkpointing saving
     vitkit bench train      --rounds 5 [--config R.toml] [--processes 2]    # training step vs timm (wall clock)
+    vitkit bench precision  --model ViT-S/16 --batch-size 32                # training step bf16 vs fp32, auto
     vitkit bench data ROOT  --workers 0,1,2 --models ViT-S/16,ViT-B/16      # input pipeline vs torchvision, training
 
 Each benchmark is a module of vitkit.bench listed in BENCHMARKS: NAME, HELP, COLUMNS (None: every key of the
@@ -19,11 +20,14 @@ import sys
 
 import torch
 
-from vitkit.bench import batch, checkpointing, data, inference, resolution, training
+from vitkit.bench import batch, checkpointing, data, inference, resolution, train_precision, training
 from vitkit.bench.table import environment, format_table
 
-HELP = "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep, training step, input pipeline"
-BENCHMARKS = (inference, batch, resolution, checkpointing, training, data)
+HELP = (
+    "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep, training step, "
+    "bf16 vs fp32, input pipeline"
+)
+BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_precision, data)
 
 
 def _common_options() -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-pre-logits", action="store_true", help="keep the pre-logits layer with --num-classes"
     )
     parser.add_argument(
+        "--allow-non-finite", action="store_true", help="convert weights holding NaN or inf (refused by default)"
+    )
+    parser.add_argument(
         "--layout",
         choices=("linen", "legacy"),
         default="linen",
@@ -46,7 +50,18 @@ def run(args: argparse.Namespace) -> int:
     overrides = {
         k: v for k, v in (("img_size", args.img_size), ("num_classes", args.num_classes)) if v is not None
     }
-    model = load_weights(args.src, format=args.format, keep_pre_logits=args.keep_pre_logits, **overrides)
+    src, dst = Path(args.src).absolute(), Path(args.dst).absolute()
+    if dst == src or (src.is_dir() and src in dst.parents):
+        raise ValueError(f"{args.dst}: is or is inside the source {args.src}; write the conversion elsewhere")
+    if args.to in ("npz", "timm") and dst.is_dir():
+        raise ValueError(f"{args.dst}: is a directory; --to {args.to} writes a file")
+    model = load_weights(
+        args.src,
+        format=args.format,
+        keep_pre_logits=args.keep_pre_logits,
+        allow_non_finite=args.allow_non_finite,
+        **overrides,
+    )
     if args.to == "vitkit":
         save_pretrained(model, args.dst)
     elif args.to == "npz":

@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     add_precision_argument(parser)
     add_max_pixels_argument(parser)
+    parser.add_argument(
+        "--allow-non-finite", action="store_true", help="inspect weights holding NaN or inf (refused by default)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < (0 if name == "rollout_images" else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
-    model = load_weights(args.weights)
+    model = load_weights(args.weights, allow_non_finite=args.allow_non_finite)
     if not hasattr(model, "forward_attention"):
         raise ValueError(
             f"{args.weights}: a {type(model).__name__} has no attention to inspect; inspect needs a ViT"
@@ -104,10 +107,9 @@ def run(args: argparse.Namespace) -> int:
         rollout_images=names[: args.rollout_images],
         figures={k: p.name for k, p in figures.items()},
     )
+    summary.update(precision.record())
     (out / "inspect.json").write_text(json.dumps(summary, indent=2) + "\n")
-    report = write_report(
-        out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}"
-    )
+    report = write_report(out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}")
     per_layer = summary["mean_attention_distance_per_layer"]
     print(
         f"{len(names)} image(s), {len(skipped)} skipped; mean attention distance per layer (pixels): "

@@ -6,14 +6,13 @@ Also the shared front end of `vitkit finetune`: flags and overrides resolve into
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from vitkit.device import resolve_device
 from vitkit.precision import add_precision_argument
-from vitkit.train import NonFiniteLoss, train
+from vitkit.train import train
 from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
 from vitkit.train.recipe import (
     RECIPE_NAME,
@@ -53,18 +52,15 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
         raise ValueError("--resume needs --out, the run directory to continue")
     name = Path(args.config).stem if args.config else default_name
     out = Path(args.out or f"{RUNS_DIR}/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
-    config = resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
     if args.resume:
-        config = check_resume(out, config, given=bool(args.config or args.overrides or fixed or _flags(args)))
+        config = check_resume(out, args, base, fixed)
+    else:
+        config = resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
     if config.train.processes > 1 and launched_world_size() == 1:
         check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
         argv = args.argv if args.out else [*args.argv, "--out", str(out)]  # every process names the same run
         return launch_processes(config.train.processes, config.train.threads, argv)
-    try:
-        report = train(config, out, resume=args.resume)
-    except NonFiniteLoss as error:
-        print(f"vitkit {args.command}: error: {error}", file=sys.stderr)
-        return 1
+    report = train(config, out, resume=args.resume)  # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli
     if not report:  # ranks other than 0 under torchrun: rank 0 prints and writes the run directory
         return 0
     print(
@@ -92,22 +88,36 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
     return config.validate()
 
 
-def check_resume(out: Path, config: Any, given: bool) -> Any:
-    """The saved recipe of the run; a recipe given on the command line must equal it, so a resume stays exact,
-    except in the keys that decide how data is read, not what is computed (RESUME_MAY_CHANGE: data.workers)."""
+def check_resume(out: Path, args: argparse.Namespace, base: Any, fixed: dict[str, Any]) -> Any:
+    """The saved recipe of the run. What the command line gives (a --config, flags, overrides) must agree with
+    it, so a resume stays exact, except in the keys that decide how data is read, not what is computed
+    (RESUME_MAY_CHANGE: data.workers, data.prefetch, data.on_corrupt); the error names each differing field with
+    both values."""
     saved_path = out / RECIPE_NAME
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
     saved = load_config(saved_path).validate()
-    if given:
-        old, new = saved.to_dict(), config.to_dict()
-        changed = [f"{s}.{k}" for s in new for k in {**old[s], **new[s]} if old[s].get(k) != new[s].get(k)]
-        differs = [key for key in changed if key not in RESUME_MAY_CHANGE]
-        if differs:
-            raise ValueError(f"--resume: the recipe differs from the saved {saved_path} in {', '.join(differs)}")
-        for key in changed:
-            section, _, name = key.partition(".")
-            set_value(saved, key, getattr(getattr(config, section), name))
+    given = resolve_config(args, load_config(args.config, base) if args.config else load_config(saved_path), fixed)
+    old, new = saved.to_dict(), given.to_dict()
+    changed = {
+        f"{section}.{key}": (old[section].get(key), new[section].get(key))
+        for section in new
+        for key in sorted({**old[section], **new[section]})
+        if old[section].get(key) != new[section].get(key)
+    }
+    differs = [
+        f"{key} is {saved_value!r} in the run, {given_value!r} on the command line"
+        for key, (saved_value, given_value) in changed.items()
+        if key not in RESUME_MAY_CHANGE
+    ]
+    if differs:
+        raise ValueError(
+            f"--resume: the recipe differs from the saved {saved_path}: {'; '.join(differs)} "
+            f"(a resume continues the saved recipe: drop the change, or start a new run with another --out)"
+        )
+    for key in changed:
+        section, _, name = key.partition(".")
+        set_value(saved, key, getattr(getattr(given, section), name))
     return saved
 
 

@@ -24,19 +24,22 @@ from tqdm import tqdm
 
 from .decode import ImageDecodeError, decode_image, image_size
 from .lazy import LazySource
-from .shards import INFO_NAME, LABEL_EXTENSION, ShardSource
+from .shards import INFO_NAME, LABEL_EXTENSION, UNKNOWN_IMAGE_EXTENSION, ShardSource
 from .sources import ImageDataset
 
 FORMATS = ("wds", "hf")
-SIGNATURES = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpg"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"))
+SIGNATURES = (
+    (b"\x89PNG", "png"), (b"\xff\xd8", "jpg"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"),
+    (b"II*\x00", "tif"), (b"MM\x00*", "tif"), (b"P5", "pgm"), (b"P6", "ppm"),
+)  # fmt: skip
 SIZE_SAMPLE = 200  # images whose header `data info` reads for the size summary (all with --check)
 
 Source = ImageDataset | LazySource | ShardSource
 
 
 def extension(data: bytes) -> str:
-    """The file extension of encoded image bytes, from their signature ('img' if unknown)."""
-    return next((ext for signature, ext in SIGNATURES if data.startswith(signature)), "img")
+    """The file extension of encoded image bytes, from their signature (UNKNOWN_IMAGE_EXTENSION if unknown)."""
+    return next((ext for signature, ext in SIGNATURES if data.startswith(signature)), UNKNOWN_IMAGE_EXTENSION)
 
 
 def png_bytes(image: torch.Tensor) -> bytes:

@@ -35,7 +35,8 @@ from .lazy import ON_CORRUPT
 from .transforms import TrainTransform, key, sample_keys
 
 INFO_NAME = "dataset.json"
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
+UNKNOWN_IMAGE_EXTENSION = "img"  # the member name `vitkit data pack` gives bytes of no known image signature
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif", UNKNOWN_IMAGE_EXTENSION)
 LABEL_EXTENSION = "cls"
 SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
 _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,10 +15,12 @@ POS_EMBEDS = ("none", "learned", "learned_2d", "sincos", "relative")
 
 def to_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
     """(h, w) from an int or a pair, so square and non-square sizes share one code path."""
-    if isinstance(value, int):
-        return (value, value)
+    if isinstance(value, numbers.Integral):
+        return (int(value), int(value))
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise ValueError(f"a size must be an integer or a pair [height, width], got {value!r}")
     h, w = value
-    return (int(h), int(w))
+    return tuple(int(v) if isinstance(v, numbers.Integral) else v for v in (h, w))  # type: ignore[return-value]
 
 
 @dataclass
@@ -49,10 +53,24 @@ class ViTConfig:
         self.img_size = to_pair(self.img_size)
         self.patch_size = to_pair(self.patch_size)
         if self.resnet_layers is not None:
+            _check_sizes("resnet_layers", self.resnet_layers, pair=False)
             self.resnet_layers = tuple(int(n) for n in self.resnet_layers)
         check_choice("classifier", self.classifier, CLASSIFIERS)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("pos_embed", self.pos_embed, POS_EMBEDS)
+        for name in ("hidden_size", "depth", "num_heads", "mlp_dim", "in_chans"):
+            _check_int(name, getattr(self, name), 1)
+        _check_int("num_classes", self.num_classes, 0)
+        _check_sizes("img_size", self.img_size)
+        _check_sizes("patch_size", self.patch_size)
+        if self.representation_size is not None:
+            _check_int("representation_size", self.representation_size, 1)
+        for name in ("dropout", "attention_dropout", "drop_path"):
+            _check_fraction(name, getattr(self, name))
+        if not (_is_number(self.layer_norm_eps) and self.layer_norm_eps > 0):
+            raise ValueError(f"layer_norm_eps must be a number > 0, got {self.layer_norm_eps!r}")
+        if not (_is_number(self.resnet_width) and self.resnet_width > 0):
+            raise ValueError(f"resnet_width must be a number > 0, got {self.resnet_width!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
         if self.pos_embed == "learned_2d" and self.hidden_size % 2:
@@ -60,7 +78,7 @@ class ViTConfig:
         if self.pos_embed == "sincos" and self.hidden_size % 4:
             raise ValueError(f"pos_embed 'sincos' needs hidden_size divisible by 4, got {self.hidden_size}")
         stride = self.input_stride
-        for side, size in zip(("height", "width"), self.img_size):
+        for side, size in zip(("height", "width"), self.img_size, strict=True):
             if size % stride:
                 raise ValueError(f"img_size {side} {size} must be divisible by the input stride {stride}")
 
@@ -102,8 +120,12 @@ class ResNetConfig:
     model_type = "resnetv2"
 
     def __post_init__(self) -> None:
+        _check_sizes("layers", self.layers, pair=False)
         self.layers = tuple(int(n) for n in self.layers)
         self.img_size = to_pair(self.img_size)
+        _check_sizes("img_size", self.img_size)
+        for name, low in (("width_factor", 1), ("in_chans", 1), ("num_classes", 0)):
+            _check_int(name, getattr(self, name), low)
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
@@ -137,3 +159,30 @@ def check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     """A ValueError naming `name` unless `value` is one of `choices`."""
     if value not in choices:
         raise ValueError(f"{name} must be one of {list(choices)}, got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if not _is_int(value) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+
+
+def _check_sizes(name: str, values: Any, pair: bool = True) -> None:
+    """A pair (or, with pair=False, a list) of integers >= 1."""
+    if not isinstance(values, (tuple, list)) or (pair and len(values) != 2):
+        raise ValueError(f"{name} must be {'a pair of' if pair else 'a list of'} integers >= 1, got {values!r}")
+    for value in values:
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"{name} must hold integers >= 1, got {values!r}")
+
+
+def _check_fraction(name: str, value: Any) -> None:
+    if not (_is_number(value) and 0.0 <= value < 1.0):
+        raise ValueError(f"{name} must be a number in [0, 1), got {value!r}")

@@ -5,23 +5,34 @@ EMA weights as safetensors, the optimizer state as torch.save'd tensors and plai
 weights_only=True, never arbitrary objects) and `state.json` (step, clocks). The data order, augmentation,
 dropout RNG and learning rate are pure functions of (seed, step), so the step is the whole data/RNG position.
 A directory only gets its final name after every file in it is fsync'd, so a killed writer leaves at most a
-`.tmp-*` directory, which is never read and is removed on the next start.
+`.tmp-*` directory, which is never read and is removed when the run resumes (vitkit.train.rundir). A write that
+fails (a full disk: DiskFull) removes its temporary directory and leaves the earlier checkpoints as they were.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from vitkit.storage import WEIGHTS_NAME, load_state_dict, save_pretrained, save_state_dict
+from vitkit.storage import (
+    WEIGHTS_NAME,
+    DiskFull,
+    follow_umask,
+    is_disk_full,
+    load_state_dict,
+    save_pretrained,
+    save_state_dict,
+)
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_NAME = "state.json"
@@ -36,19 +47,17 @@ def checkpoint_dirs(run_dir: str | os.PathLike) -> list[Path]:
     if not root.is_dir():
         return []
     found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / STATE_NAME).is_file()]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+    return sorted(found, key=checkpoint_step)
+
+
+def checkpoint_step(path: str | os.PathLike) -> int:
+    """The step of a checkpoint directory `step_N`."""
+    return int(_NAME.match(Path(path).name).group(1))
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     dirs = checkpoint_dirs(run_dir)
     return dirs[-1] if dirs else None
-
-
-def remove_partial(run_dir: str | os.PathLike) -> None:
-    """Delete temporary directories a killed writer left behind."""
-    root = Path(run_dir) / CHECKPOINT_DIR
-    for path in root.glob(".tmp-*") if root.is_dir() else []:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def save_checkpoint(
@@ -64,15 +73,15 @@ def save_checkpoint(
     root = Path(run_dir) / CHECKPOINT_DIR
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:08d}"
-    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
-    save_pretrained(model, tmp)
-    if ema is not None:
-        save_state_dict(ema.state_dict(), tmp / EMA_NAME)
-    torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
-    _fsync(tmp / OPTIMIZER_NAME)
-    (tmp / STATE_NAME).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
-    _fsync(tmp / STATE_NAME)
-    _fsync(tmp)
+    with temporary_directory(root, final) as tmp:
+        save_pretrained(model, tmp)
+        if ema is not None:
+            save_state_dict(ema.state_dict(), tmp / EMA_NAME)
+        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
+        _fsync(tmp / OPTIMIZER_NAME)
+        (tmp / STATE_NAME).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
+        _fsync(tmp / STATE_NAME)
+        _fsync(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -80,6 +89,22 @@ def save_checkpoint(
     for old in checkpoint_dirs(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+@contextlib.contextmanager
+def temporary_directory(root: Path, final: Path) -> Iterator[Path]:
+    """A `.tmp-*` directory (with the umask's permissions) to fill for `final`; removed again if filling it
+    fails, a full disk raised as DiskFull naming `final`."""
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
+    follow_umask(tmp)
+    try:
+        yield tmp
+    except Exception as error:
+        full = is_disk_full(error, tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full:
+            raise DiskFull(final) from error
+        raise
 
 
 def load_checkpoint(

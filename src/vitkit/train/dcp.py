@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from vitkit.collectives import barrier, broadcast_object, world
-from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, load_state_dict
+from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, follow_umask, load_state_dict
 from vitkit.train import checkpoint as ckpt
 
 METADATA_NAME = ".metadata"  # written by torch.distributed.checkpoint
@@ -65,6 +65,7 @@ def save_checkpoint(
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
+        follow_umask(tmp)
     tmp = broadcast_object(tmp)
     model_state, optim_state = get_state_dict(model, optimizer)
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)

@@ -43,7 +43,7 @@ from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import Precision, autocast, choose_precision, model_signature
-from vitkit.storage import FINAL_DIR, atomic_write_text, read_config, save_pretrained
+from vitkit.storage import FINAL_DIR, DiskFull, atomic_write_text, is_disk_full, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.allocator import keep_freed_memory
@@ -67,6 +67,7 @@ from vitkit.train.objectives import (
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
 from vitkit.train.recipe import RECIPE_NAME, RunConfig, TrainSection
+from vitkit.train.rundir import RunDirLock, remove_leftovers
 from vitkit.weights import load_weights
 
 
@@ -83,10 +84,26 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
     """
     with process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
-        return _train(config, run_dir, resume=resume)
+        lock = RunDirLock(run_dir)  # taken by rank 0 in _train, released however the run ends
+        try:
+            return _train(config, run_dir, lock, resume=resume)
+        except Exception as error:
+            if isinstance(error, ValueError) or not is_disk_full(error, run_dir):
+                raise
+            path = error.path if isinstance(error, DiskFull) else getattr(error, "filename", None) or run_dir
+            raise DiskFull(path, f"; {last_good_checkpoint(run_dir)}") from error
+        finally:
+            lock.release()
 
 
-def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False) -> dict[str, Any]:
+def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
+    last = ckpt.latest_checkpoint(run_dir)
+    return f"last good checkpoint: step {ckpt.checkpoint_step(last)}" if last else "no checkpoint written yet"
+
+
+def _train(
+    config: RunConfig, run_dir: str | os.PathLike, lock: RunDirLock, *, resume: bool = False
+) -> dict[str, Any]:
     config.validate()
     run_dir = Path(run_dir)
     rank, world_size = world()
@@ -101,7 +118,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             f"train.batch_size {t.batch_size} must split evenly over {world_size} rank(s) and then into "
             f"micro-batches of train.micro_batch_size {t.micro_batch_size}"
         )
-    checkpoint = broadcast_object(prepare_run_dir(run_dir, config, resume) if rank == 0 else None)
+    checkpoint = broadcast_object(open_run_dir(run_dir, lock, resume) if rank == 0 else None)
 
     data = config.data
     reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
@@ -120,7 +137,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
     model = build_run_model(config, num_classes, checkpoint).to(device)
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
-        shard_model(model)  # in place, before the optimizer sees the parameters
+        shard_model(model, device)  # in place, before the optimizer sees the parameters
     precision = run_precision(config, model, train_set, micro, device, checkpoint)
     autocast_dtype = precision.autocast_dtype
     train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
@@ -139,6 +156,8 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
             train_set.skipped += state.get("skipped_images", [])
         check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
+    if rank == 0 and not resume:
+        create_run_dir(run_dir, config, lock)  # only now: a recipe, dataset or model that fails leaves nothing
 
     metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
@@ -165,9 +184,7 @@ def _train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = Fals
                 # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
                 logged = losses.read() if log_step or done % t.checkpoint_every == 0 or not losses.deferred else []
             except NonFiniteLoss as error:
-                last = ckpt.latest_checkpoint(run_dir)
-                kept = f"last good checkpoint: {last}" if last else "no checkpoint was written yet"
-                raise NonFiniteLoss(f"{error} ({kept})") from None
+                raise NonFiniteLoss(f"{error} ({last_good_checkpoint(run_dir)})") from None
             for line in train_set.skipped[skips_before:]:
                 progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
@@ -489,7 +506,7 @@ def accumulate_gradients(
     full batch: the paper's batch sizes on small hardware.
     """
     loss = torch.zeros((), device=device)
-    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True))
     for i, (images, labels, indices) in enumerate(chunks):
         x, y = transform.mix_batch(images, labels, indices, epoch)
         split.lap("data")
@@ -540,16 +557,27 @@ def finish(
     return summary
 
 
-def prepare_run_dir(run_dir: Path, config: RunConfig, resume: bool) -> Path | None:
-    """Save the resolved config of a new run, or find the checkpoint to resume; never overwrite a run by accident."""
+def open_run_dir(run_dir: Path, lock: RunDirLock, resume: bool) -> Path | None:
+    """The checkpoint to resume (locking the run and removing a killed writer's leftovers first); for a new run,
+    a refusal to overwrite an existing one. Nothing is written for a new run yet."""
     if resume:
-        ckpt.remove_partial(run_dir)
+        lock.acquire()
+        remove_leftovers(run_dir)
         return ckpt.latest_checkpoint(run_dir)
+    _refuse_existing(run_dir)
+    return None
+
+
+def create_run_dir(run_dir: Path, config: RunConfig, lock: RunDirLock) -> None:
+    """Create and lock the directory of a new run and save its recipe."""
+    lock.acquire()
+    _refuse_existing(run_dir)  # again under the lock: another process may have started the same --out
+    atomic_write_text(run_dir / RECIPE_NAME, config.to_toml())
+
+
+def _refuse_existing(run_dir: Path) -> None:
     if (run_dir / RECIPE_NAME).exists():
         raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(run_dir / RECIPE_NAME, config.to_toml())
-    return None
 
 
 def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> nn.Module:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitkit.data.transforms import CROPS
 from vitkit.models.config import ViTConfig, check_choice
 from vitkit.models.mpp import TARGETS as MPP_TARGETS
 from vitkit.models.registry import model_config
@@ -159,7 +160,10 @@ class RunConfig:
         """Cross-field checks, so a bad recipe fails before any data is loaded."""
         if (self.model.name is None) == (self.model.weights is None):
             raise ValueError("set exactly one of model.name (train from scratch) and model.weights (fine-tune)")
-        architecture = model_config(self.model.name, **self.model.overrides) if self.model.name is not None else None
+        try:
+            architecture = model_config(self.model.name, **self.model.overrides) if self.model.name else None
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"[model] {error}") from None
         check_choice("train.objective", self.train.objective, OBJECTIVES)
         check_choice("train.mpp_target", self.train.mpp_target, MPP_TARGETS)
         check_choice("optim.name", self.optim.name, OPTIMIZERS)
@@ -168,9 +172,9 @@ class RunConfig:
         check_choice("train.precision", self.train.precision, PRECISIONS)
         check_choice("train.strategy", self.train.strategy, STRATEGIES)
         check_choice("data.on_corrupt", self.data.on_corrupt, ("stop", "skip"))
+        check_choice("data.crop", self.data.crop, CROPS)
+        self._validate_ranges()
         t = self.train
-        if t.steps <= 0 or t.batch_size <= 0:
-            raise ValueError(f"train.steps and train.batch_size must be positive, got {t.steps} and {t.batch_size}")
         if not 0 <= self.optim.warmup_steps < t.steps:
             raise ValueError(f"optim.warmup_steps {self.optim.warmup_steps} must be in [0, train.steps={t.steps})")
         if not 0.0 <= t.ema_decay < 1.0:
@@ -199,6 +203,29 @@ class RunConfig:
         if t.objective == "mpp":
             self._validate_mpp(architecture)
         return self
+
+    def _validate_ranges(self) -> None:
+        """Every number within its meaningful range: a degenerate value fails here, not silently in training."""
+        o, t, d = self.optim, self.train, self.data
+        for key, value, low in (
+            ("train.steps", t.steps, 1),
+            ("train.batch_size", t.batch_size, 1),
+            ("train.micro_batch_size", t.micro_batch_size, 0),
+            ("train.eval_every", t.eval_every, 0),
+            ("train.eval_batch_size", t.eval_batch_size, 1),
+            ("train.log_every", t.log_every, 1),
+        ):
+            if value < low:
+                raise ValueError(f"{key} must be >= {low}, got {value}")
+        _check_range("optim.lr", o.lr, 0.0, math.inf, low_open=True)
+        _check_range("optim.weight_decay", o.weight_decay, 0.0, math.inf)
+        _check_range("optim.momentum", o.momentum, 0.0, 1.0, high_open=True)
+        for i, beta in enumerate(o.betas):
+            _check_range(f"optim.betas[{i}]", beta, 0.0, 1.0, high_open=True)
+        _check_range("optim.grad_clip", o.grad_clip, 0.0, math.inf)
+        _check_range("train.label_smoothing", t.label_smoothing, 0.0, 1.0, high_open=True)
+        _check_range("data.mixup", d.mixup, 0.0, math.inf)
+        _check_range("data.cutmix", d.cutmix, 0.0, math.inf)
 
     def _validate_mpp(self, architecture: Any) -> None:
         """Masked patch prediction corrupts patch embeddings: a ViT, on one device or under DDP, no classifier."""
@@ -270,7 +297,7 @@ def load_config(path: str | Path, base: RunConfig | None = None) -> RunConfig:
         raise FileNotFoundError(f"{path}: no such config file")
     try:
         data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as error:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: invalid TOML ({error})") from None
     return from_dict(data, base)
 
@@ -327,8 +354,10 @@ def valid_keys(config: RunConfig, section: str) -> list[str]:
     return keys
 
 
-# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them.
-RESUME_MAY_CHANGE = ("data.workers", "data.prefetch")
+# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
+# stopped by an unreadable image (data.on_corrupt='stop') saw none before it, so it continues with 'skip' exactly
+# as if it had started with it.
+RESUME_MAY_CHANGE = ("data.workers", "data.prefetch", "data.on_corrupt")
 RENAMED = {"data.dataset": "data.source"}  # other names a recipe may use for a key
 
 
@@ -357,7 +386,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"{key} must be a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
@@ -374,3 +403,15 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return json.dumps(value)
+
+
+def _check_range(
+    key: str, value: float, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+) -> None:
+    """value in [low, high] (a parenthesis where open); the message states the valid range."""
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (math.isfinite(value) and above and below):
+        bounds = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or math.isinf(high) else ']'}"
+        raise ValueError(f"{key} must be in {bounds}, got {value}")
+

@@ -136,6 +136,7 @@ def instantiate(
     *,
     origins: Mapping[str, tuple[str, ...]] | None = None,
     keep_pre_logits: bool = False,
+    allow_non_finite: bool = False,
     reset_head: bool = False,
     **overrides: Any,
 ) -> nn.Module:
@@ -145,6 +146,7 @@ def instantiate(
     (as timm's `pretrained=True, num_classes=K` and transformers' `num_labels` do); a different K, or
     `reset_head=True`, swaps it for a zero-initialised one (D x K) and drops the pre-logits layer unless
     `keep_pre_logits` (the paper's fine-tuning recipe, §3.2).
+    NaN or infinite weights are refused (they only give NaN outputs) unless `allow_non_finite`.
     """
     state = dict(state)
     num_classes = overrides.pop("num_classes", None)
@@ -161,6 +163,8 @@ def instantiate(
             target.representation_size = None
             dropped.append("pre_logits.")
         state = {k: v for k, v in state.items() if not k.startswith(tuple(dropped))}
+    if not allow_non_finite:
+        refuse_non_finite(state, source, origins)
     adapt_position_embeddings(state, config, target)
     with torch.device("meta"):  # no random init of parameters that are about to be overwritten
         model = build_model(target)
@@ -178,6 +182,22 @@ def instantiate(
     if num_classes is not None:
         model.reset_classifier(num_classes)
     return model.eval()
+
+
+def refuse_non_finite(
+    state: Mapping[str, torch.Tensor], source: str, origins: Mapping[str, tuple[str, ...]] | None = None
+) -> None:
+    """A ValueError naming the tensors (by the file's own keys where known) that hold NaN or inf."""
+    floats = {k: v for k, v in state.items() if v.is_floating_point()}
+    bad = {k: int((~v.isfinite()).sum()) for k, v in floats.items() if not v.isfinite().all()}
+    if bad:
+        name, count = next(iter(bad.items()))
+        where = "/".join(origins[name]) if origins and name in origins else name
+        more = f" and {len(bad) - 1} more tensor(s)" if len(bad) > 1 else ""
+        raise ValueError(
+            f"{source}: {count} NaN or infinite value(s) in {where}{more}; expected finite weights "
+            f"(load_weights(..., allow_non_finite=True) or vitkit convert/inspect --allow-non-finite read them)"
+        )
 
 
 def load_vitkit_state(

@@ -11,7 +11,6 @@ a pickle asking for anything else (e.g. `os.system`) is refused before any of it
 
 from __future__ import annotations
 
-import json
 import os
 import pickle
 import re
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict
+from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_config
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.hf import hints_from_config, load_hf_state
 from vitkit.weights.official import load_official, read_npz
@@ -45,6 +44,7 @@ def load_weights(
     keep_pre_logits: bool = False,
     reset_head: bool = False,
     source_img_size: int | tuple[int, int] | None = None,
+    allow_non_finite: bool = False,
     **overrides: Any,
 ) -> nn.Module:
     """Build the model a weights file or directory describes and load it (eval mode).
@@ -57,11 +57,14 @@ def load_weights(
     layer is dropped unless `keep_pre_logits=True`. Other ViTConfig fields (dropout, drop_path, num_heads for
     state dicts of unusual widths...) pass through.
     `source_img_size` is the training resolution of a state dict with a non-square position grid.
+    NaN or infinite weights are a ValueError naming the tensor, unless `allow_non_finite` (to inspect them).
     """
     path = Path(path)
     if format is not None and format not in FORMATS:
         raise ValueError(f"{path}: format must be one of {list(FORMATS)}, got {format!r}")
-    options = dict(keep_pre_logits=keep_pre_logits, reset_head=reset_head, **overrides)
+    options = dict(
+        keep_pre_logits=keep_pre_logits, reset_head=reset_head, allow_non_finite=allow_non_finite, **overrides
+    )
     hints = {"img_size": source_img_size} if source_img_size is not None else {}
     if path.is_dir():
         return _load_directory(path, format, hints, options)
@@ -106,10 +109,7 @@ def _load_directory(
             f"{path}: a weights directory needs {CONFIG_NAME} (vitkit save_pretrained, a "
             f"training run with final/{CONFIG_NAME}, or a transformers directory)"
         )
-    try:
-        config = json.loads(config_path.read_text())
-    except json.JSONDecodeError as error:
-        raise ValueError(f"{config_path}: invalid JSON ({error})") from None
+    config = read_config(directory)
     if format == "hf" or (format is None and "num_hidden_layers" in config):
         weights = next((directory / n for n in _HF_WEIGHTS if (directory / n).is_file()), None)
         if weights is None:

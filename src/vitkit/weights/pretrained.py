@@ -23,7 +23,11 @@ def from_pretrained(
     `vitkit.load_weights`.
     """
     directory = resolve_directory(directory)
-    config = config_from_dict(read_config(directory))
+    fields = read_config(directory)  # its own errors name the file
+    try:
+        config = config_from_dict(fields)
+    except (TypeError, ValueError) as error:  # an unknown field, a value of the wrong kind or range
+        raise ValueError(f"{directory / CONFIG_NAME}: {error}") from None
     weights = directory / WEIGHTS_NAME
     return instantiate(
         config, load_state_dict(weights), str(weights), keep_pre_logits=keep_pre_logits, **overrides

@@ -1,0 +1,122 @@
+"""`vitkit bench precision`: the engine's training step in bf16 autocast against float32, same model, data and
+steps, alternated in one process with the fp32 and bf16 GEMM ceilings; and what `train.precision = "auto"`
+picks for this model and batch, with its reason.
+
+Each precision trains its own copy of the recipe's model (the same initial weights) through the engine's own
+step (`build_train_step`: optimizer, EMA, augmentation as `vitkit train` builds them), `--steps` steps per sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+from collections.abc import Callable
+
+import torch
+
+from vitkit.bench.candidates import synchronize
+from vitkit.bench.options import add_bench_device, auto_label
+from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
+from vitkit.bench.training import Workload
+from vitkit.flops import count_flops, count_parameters
+from vitkit.precision import Precision
+from vitkit.train.engine import build_train_step, on_device, run_precision
+
+NAME = "precision"
+HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"
+COLUMNS = ["model", "batch", "precision", "images/s", "GFLOP/s", "MFU", "vs fp32", "ratio range", "spread"]
+DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="the recipe (TOML) whose model and data to time (default: the default recipe)",
+    )
+    parser.add_argument("--model", default=None, help="replace the recipe's model, e.g. ViT-S/16 (at 224)")
+    parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's train.batch_size")
+    parser.add_argument("--steps", type=int, default=3, help="steps per round per precision (default 3)")
+    add_bench_device(parser)
+
+
+def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
+    return training_precision(
+        args.model, args.batch_size, args.config, args.rounds, args.steps, args.device, log, args.gemm_size
+    )
+
+
+def training_precision(
+    model_name: str | None = None,
+    batch_size: int | None = None,
+    recipe: str | None = None,
+    rounds: int = 5,
+    steps: int = 3,
+    device: str = "cpu",
+    log: Callable[[str], None] | None = None,
+    gemm_size: int = 2048,
+) -> list[dict]:
+    """Images/s of the engine's step in fp32 and in bf16, their paired ratio, MFU against the GEMM ceiling of the
+    same precision, and a last row with what `auto` picks (its own short measurement where it measures)."""
+    workload = Workload.load(batch_size, recipe, model=model_name)
+    config, target = workload.config, torch.device(device)
+    config.train.device = device
+    dataset = on_device(workload.dataset, target)
+    model = workload.model.to(target)
+    b = config.train.batch_size
+    flops = 3.0 * count_flops(
+        model, (model.config.in_chans, *model.config.img_size), batch_size=b
+    )  # fwd + bwd
+    candidates: dict[str, Callable[[], object]] = {}
+    for name, dtype in DTYPES.items():
+        step = build_train_step(config, dataset, copy.deepcopy(model).train(), target, dtype, "none")
+        candidates[name] = _steps(step, steps, target)
+        candidates[f"gemm {name}"], gemm_flops = gemm_candidate(
+            gemm_size, dtype=dtype or torch.float32, device=target
+        )
+    results = alternate(candidates, rounds=rounds, warmup=1, on_round=round_logger(log, rounds, 2))
+    rows = []
+    for name in DTYPES:
+        r, g = results[name], results[f"gemm {name}"]
+        r.images, r.flops, g.flops = b * steps, flops * steps, gemm_flops
+        lo, hi = ratio_range(results, name, "fp32")
+        rows.append(
+            {
+                "precision": name,
+                "images/s": r.images_per_s,
+                "GFLOP/s": r.gflops_per_s,
+                "MFU": mfu(results, name, f"gemm {name}"),
+                "vs fp32": paired_ratio(results, name, "fp32"),
+                "ratio range": f"{lo:.2f}-{hi:.2f}",
+                "spread": r.spread,
+            }
+        )
+    for name in DTYPES:
+        g = results[f"gemm {name}"]
+        rows.append(
+            {
+                "precision": f"GEMM {gemm_size}^3 {name} (ceiling)",
+                "GFLOP/s": g.gflops_per_s,
+                "spread": g.spread,
+            }
+        )
+    config.train.precision = "auto"
+    chosen: Precision = run_precision(config, model.train(), dataset, b, target, None)
+    rows.append({"precision": auto_label(chosen)})
+    desc = f"{config.model.name} {count_parameters(model) / 1e6:.2f}M at {model.config.img_size[0]}"
+    for row in rows:
+        row.update(model=desc, batch=b)
+    return rows
+
+
+def _steps(step: Callable, steps: int, device: torch.device) -> Callable[[], None]:
+    """`steps` consecutive engine steps (continuing where the last call stopped), waiting for the GPU at the end."""
+    counter = itertools.count()
+
+    def run() -> None:
+        for _ in range(steps):
+            step(next(counter))
+        synchronize(device)
+
+    return run
