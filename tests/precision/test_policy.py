@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from vitkit import precision
-from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench import table
+from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
 from vitkit.models import create_model
 from vitkit.precision import Precision, choose_precision, inference_precision

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's warning threshold: a 3-channel 8-bit image of 256 MiB (~9,459^2)
 MAX_PIXELS_ENV = "VITKIT_MAX_IMAGE_PIXELS"
 CHANNELS = (1, 3)
@@ -80,7 +79,7 @@ def _open(source: ImageSource, name: str, limit: int) -> Image.Image:
             image = Image.open(stream, formats=_raster_formats())
     except Image.DecompressionBombError:
         raise ImageDecodeError(
-            f"{name}: more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels, above the limit of {limit:,} "
+            f"{name}: more than {2 * (Image.MAX_IMAGE_PIXELS or limit):,} pixels, above the limit of {limit:,} "
             f"(expected at most {limit:,} pixels; raise it with {MAX_PIXELS_ENV})"
         ) from None
     except FileNotFoundError:

@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, Dataset
 from .batch import Batch
 from .decode import ImageDecodeError
 from .lazy import LazySource
-from .shards import ShardChunks, ShardSource, ShardSteps
 from .loader import global_batch_indices, shard, steps_per_epoch
+from .shards import ShardChunks, ShardSource, ShardSteps
 from .sources import ImageDataset
 from .transforms import TrainTransform, adapt_channels, eval_transform, resize_centre_crop
 
