@@ -146,12 +146,15 @@ def test_predict_classifies_every_good_image_and_skips_every_broken_one(corpus, 
     )
 
 
-def test_every_reader_skips_the_same_files(corpus, tmp_path) -> None:
+def test_every_reader_gives_the_same_pixels_and_skips_the_same_files(corpus, tmp_path) -> None:
+    """inspect's reader and the ImageFolder source decode each file to the same pixels (one rule for alpha,
+    palettes, 16-bit, float...) and skip the same files."""
     root, good, broken = corpus
     images, names, skipped = read_images([root])  # inspect's reader
     assert sorted(Path(n).name for n in names) == sorted(good)
     assert sorted(Path(s["path"]).name for s in skipped) == sorted(broken)
     assert all(image.dtype == torch.uint8 and image.shape[0] == 3 for image in images)
+    inspected = {Path(name).name: image for name, image in zip(names, images, strict=True)}
     folder = tmp_path / "folder"
     for split in ("train", "test"):
         (folder / split / "all").mkdir(parents=True)
@@ -161,7 +164,8 @@ def test_every_reader_skips_the_same_files(corpus, tmp_path) -> None:
     unreadable = []
     for index in range(len(source)):
         try:
-            assert source.read(index).dtype == torch.uint8
+            pixels = source.read(index)
+            assert torch.equal(pixels, inspected[Path(source.name(index)).name])  # alpha onto white in both
         except ImageDecodeError as error:
             assert "\n" not in str(error) and str(error).startswith(source.name(index))
             unreadable.append(Path(source.name(index)).name)
