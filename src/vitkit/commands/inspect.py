@@ -107,10 +107,9 @@ def run(args: argparse.Namespace) -> int:
         rollout_images=names[: args.rollout_images],
         figures={k: p.name for k, p in figures.items()},
     )
+    summary.update(precision.record())
     (out / "inspect.json").write_text(json.dumps(summary, indent=2) + "\n")
-    report = write_report(
-        out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}"
-    )
+    report = write_report(out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}")
     per_layer = summary["mean_attention_distance_per_layer"]
     print(
         f"{len(names)} image(s), {len(skipped)} skipped; mean attention distance per layer (pixels): "

@@ -137,7 +137,7 @@ def _train(
     model = build_run_model(config, num_classes, checkpoint).to(device)
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
-        shard_model(model)  # in place, before the optimizer sees the parameters
+        shard_model(model, device)  # in place, before the optimizer sees the parameters
     precision = run_precision(config, model, train_set, micro, device, checkpoint)
     autocast_dtype = precision.autocast_dtype
     train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
@@ -506,7 +506,7 @@ def accumulate_gradients(
     full batch: the paper's batch sizes on small hardware.
     """
     loss = torch.zeros((), device=device)
-    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True))
     for i, (images, labels, indices) in enumerate(chunks):
         x, y = transform.mix_batch(images, labels, indices, epoch)
         split.lap("data")
