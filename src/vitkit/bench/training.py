@@ -42,7 +42,7 @@ from vitkit.flops import count_flops, count_parameters
 from vitkit.train.allocator import keep_freed_memory
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
-from vitkit.train.recipe import RunConfig, load_config
+from vitkit.train.recipe import ModelSection, RunConfig, load_config
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"
@@ -73,9 +73,12 @@ class Workload:
     model: nn.Module
 
     @classmethod
-    def load(cls, batch_size: int | None = None, recipe: str | None = None) -> Workload:
-        """The default recipe, or the TOML file `recipe`, its batch size optionally replaced."""
+    def load(cls, batch_size: int | None = None, recipe: str | None = None, model_name: str | None = None) -> Workload:
+        """The default recipe, or the TOML file `recipe`, its batch size optionally replaced, and its model by the
+        registered `model_name` at that model's own size (the images are resized to it)."""
         config = load_config(recipe, RunConfig()) if recipe else RunConfig()
+        if model_name:
+            config.model = ModelSection(name=model_name, overrides={})
         if batch_size:
             config.train.batch_size = batch_size
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
