@@ -179,7 +179,7 @@ def test_bench_precision_times_both_and_says_what_auto_picks(monkeypatch):
 
 def test_bench_workload_takes_another_model_at_its_own_size(monkeypatch):
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")
-    workload = Workload.load(batch_size=4, model_name="ViT-S/16")
+    workload = Workload.load(batch_size=4, model="ViT-S/16")
     assert workload.config.model.name == "ViT-S/16" and workload.model.config.img_size == (224, 224)
     x, _ = workload.transform()(workload.dataset.images[:4], workload.dataset.labels[:4], torch.arange(4), 0)
     assert x.shape == (4, 3, 224, 224)

@@ -94,7 +94,7 @@ def checkpointing_memory(
         row["vs no checkpointing"] = row["peak above resident (MiB)"] / base["peak above resident (MiB)"]
     if time_rounds:
         results = alternate(steps, rounds=time_rounds, warmup=0, clock=clock)
-        for row, label in zip(rows, steps):
+        for row, label in zip(rows, steps, strict=True):
             row["step s (median)"] = results[label].median
             row["images/s"] = batch_size / results[label].median
     model.set_grad_checkpointing(False)

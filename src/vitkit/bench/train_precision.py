@@ -69,7 +69,7 @@ def training_precision(
 ) -> list[dict]:
     """Images/s of the engine's step in fp32 and in bf16, their paired ratio, MFU against the GEMM ceiling of the
     same precision, and a last row with what `auto` picks (its own short measurement where it measures)."""
-    workload = Workload.load(batch_size, recipe, model_name)
+    workload = Workload.load(batch_size, recipe, model=model_name)
     config, target = workload.config, torch.device(device)
     config.train.device = device
     dataset = on_device(workload.dataset, target)

@@ -73,12 +73,11 @@ class Workload:
     model: nn.Module
 
     @classmethod
-    def load(cls, batch_size: int | None = None, recipe: str | None = None, model_name: str | None = None) -> Workload:
-        """The default recipe, or the TOML file `recipe`, its batch size optionally replaced, and its model by the
-        registered `model_name` at that model's own size (the images are resized to it)."""
+    def load(cls, batch_size: int | None = None, recipe: str | None = None, *, model: str | None = None) -> Workload:
+        """The default recipe, or the TOML file `recipe`, its batch size (and registry model) optionally replaced."""
         config = load_config(recipe, RunConfig()) if recipe else RunConfig()
-        if model_name:
-            config.model = ModelSection(name=model_name, overrides={})
+        if model:
+            config.model = ModelSection(name=model, overrides={})  # the registered variant as it is
         if batch_size:
             config.train.batch_size = batch_size
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)

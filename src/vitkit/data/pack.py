@@ -131,7 +131,7 @@ def write_hf(sources: dict[str, Source], classes: list[str], out: Path) -> list[
                 progress.update()
                 yield {"image": {"bytes": data, "path": None}, "label": label}
 
-    for split, source in sources.items():
+    for split in sources:
         splits[split] = datasets.Dataset.from_generator(
             rows, gen_kwargs={"split": split}, features=features, cache_dir=str(scratch)
         )
@@ -207,7 +207,7 @@ def summarise(source: Source, split: str, check: bool) -> Summary:
                 summary.unreadable.append(str(err))
                 continue
             _measure(summary, data, source.name(index), check)
-    summary.per_class = {name: int(n) for name, n in zip(source.classes, counts)}
+    summary.per_class = {name: int(n) for name, n in zip(source.classes, counts, strict=True)}
     return summary
 
 

@@ -131,7 +131,7 @@ def lsr_accuracy(
         b = np.concatenate([p[1] for p in parts])
         scores = (np.asarray(x_test, dtype=np.float64) @ a + b).reshape(len(x_test), len(l2s), num_classes)
     correct = np.argmax(scores, axis=2) == np.asarray(y_test)[:, None]
-    return {l2: float(acc) for l2, acc in zip(l2s, correct.mean(axis=0))}
+    return {l2: float(acc) for l2, acc in zip(l2s, correct.mean(axis=0), strict=True)}
 
 
 def _small_blas() -> contextlib.AbstractContextManager:

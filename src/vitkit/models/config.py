@@ -78,7 +78,7 @@ class ViTConfig:
         if self.pos_embed == "sincos" and self.hidden_size % 4:
             raise ValueError(f"pos_embed 'sincos' needs hidden_size divisible by 4, got {self.hidden_size}")
         stride = self.input_stride
-        for side, size in zip(("height", "width"), self.img_size):
+        for side, size in zip(("height", "width"), self.img_size, strict=True):
             if size % stride:
                 raise ValueError(f"img_size {side} {size} must be divisible by the input stride {stride}")
 

@@ -15,7 +15,7 @@ the first unit of every stage but the first has stride 2, on its 3x3 conv and on
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from functools import partial
 
@@ -43,7 +43,7 @@ def pad_same_tf(
     the extra pixel after (bottom/right). PyTorch's symmetric padding differs for stride 2 on even inputs."""
     pads: list[int] = []
     # F.pad lists the last dimension first: (left, right, top, bottom)
-    for size, k, s in zip(reversed(x.shape[-2:]), reversed(kernel_size), reversed(stride)):
+    for size, k, s in zip(reversed(x.shape[-2:]), reversed(kernel_size), reversed(stride), strict=True):
         total = max((-(-size // s) - 1) * s + k - size, 0)
         pads += [total // 2, total - total // 2]
     return F.pad(x, pads, value=value) if any(pads) else x
@@ -202,9 +202,8 @@ class ResNetV1(nn.Module):
             yield name, x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _, x in self._walk(x):  # run to the end; the last output is the feature map
-            pass
-        return x
+        ((_, features),) = deque(self._walk(x), maxlen=1)  # run to the end: the last output is the feature map
+        return features
 
     def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """NCHW outputs keyed 'conv_root' (standardised conv, before GN), 'gn_root' (before ReLU), 'pool'

@@ -506,7 +506,7 @@ def accumulate_gradients(
     full batch: the paper's batch sizes on small hardware.
     """
     loss = torch.zeros((), device=device)
-    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True))
     for i, (images, labels, indices) in enumerate(chunks):
         x, y = transform.mix_batch(images, labels, indices, epoch)
         split.lap("data")

@@ -67,7 +67,7 @@ def masked_patch_test_loss(
         chunks = torch.arange(len(dataset)).split(batch_size)
         mine = list(range(rank, len(chunks), world_size))
         batches = eval_batches(dataset, [chunks[i] for i in mine], config.img_size, config.in_chans, device)
-        for i, batch in zip(mine, batches):
+        for i, batch in zip(mine, batches, strict=True):
             with autocast:
                 loss = model(batch.images, generator=torch.Generator(device).manual_seed(i))
             sums[0] += loss.double() * len(batch.indices)

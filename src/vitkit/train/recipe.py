@@ -386,7 +386,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"{key} must be a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):

@@ -128,7 +128,7 @@ def write_curves(run_dir: str | os.PathLike) -> Path:
     names = {key: label for r in evals for key, label in accuracy_names(r).items()}
     for key, label in names.items():
         points = [(r["wall_seconds"] / 60, 100 * r[key]) for r in evals if key in r]
-        ax_acc.plot(*zip(*points), "o-", label=label)
+        ax_acc.plot(*zip(*points, strict=True), "o-", label=label)
     if names:
         ax_acc.legend()
     ax_acc.set(xlabel="wall time (minutes)", ylabel="accuracy (%)", title="accuracy vs. wall time")
