@@ -176,7 +176,7 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
     """
     device = next(model.parameters()).device
     config = model.config
-    shape = (min(batch_size, MEASURE_BATCH), *config.input_size)
+    shape = (min(batch_size, MEASURE_BATCH), config.in_chans, *config.img_size)
     example: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 
     def forward(dtype: torch.dtype | None) -> None:
