@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tiny_run import TINY
 
 import vitkit
+from tiny_run import TINY
 from vitkit import cli
 from vitkit.data.decode import ImageDecodeError
 from vitkit.data.folder import IMAGE_EXTENSIONS, FolderSource
@@ -146,12 +146,15 @@ def test_predict_classifies_every_good_image_and_skips_every_broken_one(corpus, 
     )
 
 
-def test_every_reader_skips_the_same_files(corpus, tmp_path) -> None:
+def test_every_reader_gives_the_same_pixels_and_skips_the_same_files(corpus, tmp_path) -> None:
+    """inspect's reader and the ImageFolder source decode each file to the same pixels (one rule for alpha,
+    palettes, 16-bit, float...) and skip the same files."""
     root, good, broken = corpus
     images, names, skipped = read_images([root])  # inspect's reader
     assert sorted(Path(n).name for n in names) == sorted(good)
     assert sorted(Path(s["path"]).name for s in skipped) == sorted(broken)
     assert all(image.dtype == torch.uint8 and image.shape[0] == 3 for image in images)
+    inspected = {Path(name).name: image for name, image in zip(names, images, strict=True)}
     folder = tmp_path / "folder"
     for split in ("train", "test"):
         (folder / split / "all").mkdir(parents=True)
@@ -161,7 +164,8 @@ def test_every_reader_skips_the_same_files(corpus, tmp_path) -> None:
     unreadable = []
     for index in range(len(source)):
         try:
-            assert source.read(index).dtype == torch.uint8
+            pixels = source.read(index)
+            assert torch.equal(pixels, inspected[Path(source.name(index)).name])  # alpha onto white in both
         except ImageDecodeError as error:
             assert "\n" not in str(error) and str(error).startswith(source.name(index))
             unreadable.append(Path(source.name(index)).name)
@@ -350,7 +354,7 @@ def test_training_on_broken_data_stops_in_one_line_and_resumes_skipping(sources,
         "train.batch_size=8",
         "optim.warmup_steps=0",
     ]
-    argv = ["train", "--out", str(run), "--steps", "2", *TINY, *recipe, f"data.source={sources['wds']}"]
+    argv = ["train", "--out", str(run), "--steps", "1", *TINY, *recipe, f"data.source={sources['wds']}"]
     assert cli.main(argv) == 2
     lines = stderr_lines(capsys.readouterr().err, "train")
     assert len(lines) == 1 and "wds/train-000000.tar:" in lines[0] and "data.on_corrupt='skip'" in lines[0], (

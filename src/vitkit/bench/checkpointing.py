@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -65,7 +66,7 @@ def checkpointing_memory(
     `precision` (measured, not fitted), at `batch_size` and at half of it: the two points give the memory per
     image and the largest batch within `budget_gib`. With `time_rounds`, also the step time of each, alternated."""
     model = bench_model(model_name, img_size).to(device)
-    shape = (model.config.in_chans, *model.config.img_size)
+    shape = model.config.input_size
     x = torch.randn(batch_size, *shape, device=device)
     y = torch.randint(0, model.config.num_classes, (batch_size,), device=device)
     model.train()
@@ -73,12 +74,13 @@ def checkpointing_memory(
     _train_step(model, optimizer, x[:1], y[:1])()
     resident = resident_bytes(model, optimizer)
     half = max(batch_size // 2, 1)
-    rows, steps = [], {}
+    rows: list[dict[str, Any]] = []
+    steps: dict[str, Callable[[], object]] = {}
     for name, dtype in bench_dtypes(precision).items():
         for enabled in (False, True):
             model.set_grad_checkpointing(enabled)
             step = _train_step(model, optimizer, x, y, dtype)
-            fit = fit_memory(lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),
+            fit = fit_memory(lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),  # noqa: B023
                              resident, (half, batch_size) if half < batch_size else (1, 2))
             peak = fit.peak(batch_size) - resident
             label = f"{name}, {'checkpointing' if enabled else 'no checkpointing'}"
