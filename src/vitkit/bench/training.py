@@ -27,6 +27,7 @@ import copy
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -222,13 +223,13 @@ def training_vs_timm(
     workload = Workload.load(*setup)
     config, model = workload.config, workload.model
     b = config.train.batch_size
-    flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)
+    flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)
     threads = torch.get_num_threads()
     peers = {
         data + (", freed memory kept" if keep else ""): (data, keep)
         for data in ("same data", "DataLoader") for keep in (False, True)
     }
-    builds = {
+    builds: dict[str, tuple[int, int, tuple[Any, ...]]] = {
         f"timm, plain loop ({peer})": (1, threads, (timm_in_worker, setup, data, keep))
         for peer, (data, keep) in peers.items()
     }
