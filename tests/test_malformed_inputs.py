@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-from tiny_run import TINY
 
 import vitkit
+from tiny_run import TINY
 from vitkit import cli
 from vitkit.data.decode import ImageDecodeError
 from vitkit.data.folder import IMAGE_EXTENSIONS, FolderSource

@@ -11,8 +11,8 @@ import tarfile
 
 import pytest
 import torch
-from image_collections import in_memory, take_steps, write_folder, write_packed
 
+from image_collections import in_memory, take_steps, write_folder, write_packed
 from vitkit.data import FolderSource, ShardSource, TrainBatches, TrainTransform, eval_batches, open_source
 
 CPU = torch.device("cpu")

@@ -10,8 +10,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from tiny_run import TINY
 
+from tiny_run import TINY
 from vitkit import cli
 from vitkit.train.checkpoint import CHECKPOINT_DIR
 from vitkit.train.recipe import RECIPE_NAME

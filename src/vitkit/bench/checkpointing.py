@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -73,12 +74,13 @@ def checkpointing_memory(
     _train_step(model, optimizer, x[:1], y[:1])()
     resident = resident_bytes(model, optimizer)
     half = max(batch_size // 2, 1)
-    rows, steps = [], {}
+    rows: list[dict[str, Any]] = []
+    steps: dict[str, Callable[[], object]] = {}
     for name, dtype in bench_dtypes(precision).items():
         for enabled in (False, True):
             model.set_grad_checkpointing(enabled)
             step = _train_step(model, optimizer, x, y, dtype)
-            fit = fit_memory(lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),
+            fit = fit_memory(lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),  # noqa: B023
                              resident, (half, batch_size) if half < batch_size else (1, 2))
             peak = fit.peak(batch_size) - resident
             label = f"{name}, {'checkpointing' if enabled else 'no checkpointing'}"

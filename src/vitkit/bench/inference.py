@@ -4,11 +4,19 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
-from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, auto_row, bench_dtypes, comma_names
+from vitkit.bench.options import (
+    add_bench_device,
+    add_bench_precision,
+    add_clock,
+    auto_row,
+    bench_dtypes,
+    comma_names,
+)
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 
@@ -76,7 +84,7 @@ def inference_vs_peers(
         candidates[f"gemm {p}"], gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32, device=device)
     results = alternate(candidates, rounds=rounds, warmup=warmup + (2 if compile else 0), iters=iters,
                         on_round=round_logger(log, rounds), clock=clock)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in candidates:
         if name.startswith("gemm"):
             continue

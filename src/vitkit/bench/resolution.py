@@ -130,13 +130,13 @@ def resolution_sweep(
             model = bench_model(name, img_size=size)
             x = torch.randn(batch_size, model.config.in_chans, size, size)
             models[size] = (model, x, forward_flops(model, x))
-            candidates[size] = forward_call(model, x, dtype)
+            candidates[str(size)] = forward_call(model, x, dtype)
         gemm, gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32)
         candidates["gemm"] = gemm
         results = alternate(candidates, rounds=rounds, warmup=1, clock=clock)
         results["gemm"].flops = gemm_flops
         for size, (model, x, flops) in models.items():
-            r = results[size]
+            r = results[str(size)]
             r.images, r.flops = batch_size, flops
             row = {
                 "model": name,
@@ -144,7 +144,7 @@ def resolution_sweep(
                 "resolution": size,
                 "images/s": r.images_per_s,
                 "GFLOPs/image": flops / batch_size / 1e9,
-                "MFU": mfu(results, size),
+                "MFU": mfu(results, str(size)),
                 "spread": r.spread,
             }
             if memory:

@@ -27,6 +27,7 @@ import copy
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -228,7 +229,7 @@ def training_vs_timm(
         data + (", freed memory kept" if keep else ""): (data, keep)
         for data in ("same data", "DataLoader") for keep in (False, True)
     }
-    builds = {
+    builds: dict[str, tuple[int, int, tuple[Any, ...]]] = {
         f"timm, plain loop ({peer})": (1, threads, (timm_in_worker, setup, data, keep))
         for peer, (data, keep) in peers.items()
     }

@@ -79,7 +79,7 @@ def _open(source: ImageSource, name: str, limit: int) -> Image.Image:
             image = Image.open(stream, formats=_raster_formats())
     except Image.DecompressionBombError:
         raise ImageDecodeError(
-            f"{name}: more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels, above the limit of {limit:,} "
+            f"{name}: more than {2 * (Image.MAX_IMAGE_PIXELS or limit):,} pixels, above the limit of {limit:,} "
             f"(expected at most {limit:,} pixels; raise it with {MAX_PIXELS_ENV})"
         ) from None
     except FileNotFoundError:

@@ -115,7 +115,7 @@ class ShardSource:
                         position += 1
                         image, label = None, None
                     current = sample
-                    data = tar.extractfile(member).read()
+                    data = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file: isfile() above
                     if extension.lower() in IMAGE_EXTENSIONS:
                         image = data
                     elif extension == LABEL_EXTENSION:
@@ -195,6 +195,7 @@ class ShardSteps(IterableDataset):
                 stream, stream_epoch, consumed = self.stream(epoch, slot), epoch, 0
             images, labels, indices, skipped = [], [], [], []
             try:
+                assert stream is not None  # opened at the first step
                 for _ in range(wanted - consumed):  # a resume: pass over what was trained on, without decoding
                     next(stream)
                 for _ in range(self.batch):

@@ -307,6 +307,7 @@ class TrainTransform:
 
     def _randaugment(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """RandAugment per sample on [0, 255] floats, torch's RNG seeded from the sample's key."""
+        assert self.randaugment is not None  # called only with randaugment on
         out = torch.empty_like(x)
         with torch.random.fork_rng(devices=[]):
             for row, k in enumerate(keys.tolist()):

@@ -117,13 +117,14 @@ def attention_rollout(maps: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tens
         maps = [maps]
     if not maps:
         raise ValueError("attention_rollout needs at least one layer of attention")
-    joint = None
+    joint: torch.Tensor | None = None
     for attn in maps:
         _check_map(attn, attn.shape[-1], "attention_rollout")
         a = attn.to(torch.float64).mean(1)
         a = a + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
         a = a / a.sum(-1, keepdim=True)
         joint = a if joint is None else a @ joint
+    assert joint is not None  # maps is not empty
     return joint
 
 

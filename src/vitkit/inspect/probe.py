@@ -21,7 +21,6 @@ from vitkit.inspect.embeddings import (
     position_similarity,
 )
 
-
 MAP_BUDGET_BYTES = 1 << 30
 
 
@@ -58,7 +57,7 @@ def inspect_model(
     prefix = cfg.num_prefix_tokens
     if batch_size is None:
         batch_size = auto_batch_size(cfg.depth, cfg.num_heads, prefix + grid[0] * grid[1])
-    total = None
+    total: torch.Tensor | None = None
     masks = []
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size].to(device)
@@ -70,6 +69,7 @@ def inspect_model(
             joint = attention_rollout([a[:take] for a in maps])
             masks.append(rollout_to_patches(joint, grid, prefix, cfg.classifier).cpu())
         del maps
+    assert total is not None  # at least one image
     result: dict[str, Any] = {
         "grid": grid,
         "input_stride": stride,

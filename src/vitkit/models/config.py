@@ -90,14 +90,16 @@ class ViTConfig:
     @property
     def input_stride(self) -> int:
         """Pixels per token side: backbone stride times patch size (square patches only)."""
-        if self.patch_size[0] != self.patch_size[1]:
+        ph, pw = to_pair(self.patch_size)
+        if ph != pw:
             raise ValueError(f"patch_size must be square, got {self.patch_size}")
-        return self.backbone_stride * self.patch_size[0]
+        return self.backbone_stride * ph
 
     @property
     def grid_size(self) -> tuple[int, int]:
         """Token grid (gh, gw) at the configured image size."""
-        return (self.img_size[0] // self.input_stride, self.img_size[1] // self.input_stride)
+        height, width = to_pair(self.img_size)
+        return (height // self.input_stride, width // self.input_stride)
 
     @property
     def num_prefix_tokens(self) -> int:

@@ -52,7 +52,7 @@ def _vit_entries() -> list[ModelEntry]:
     for size, dims in VIT_SIZES.items():
         for patch in (8, 14, 16, 32):
             timm = f"vit_{TIMM_SIZE_NAMES[size]}_patch{patch}_224"
-            config = dict(model_type="vit", patch_size=patch, **dims)
+            config: dict[str, Any] = dict(model_type="vit", patch_size=patch, **dims)
             entries.append(ModelEntry(f"ViT-{size}/{patch}", (timm,), config))
     # Hybrids (§4.1): option (ii) stage 4 folded into stage 3 -> stride 16; option (i) full ResNet50 -> stride 32.
     for size, layers, stride in (("B", (3, 4, 9), 16), ("L", (3, 4, 9), 16), ("B", (3, 4, 6, 3), 32), ("L", (3, 4, 6, 3), 32)):

@@ -37,7 +37,7 @@ BIT_WS_EPS = 1e-8  # timm's BiT StdConv2d, added to the variance (BiT's own PyTo
 
 
 def pad_same_tf(
-    x: torch.Tensor, kernel_size: tuple[int, int], stride: tuple[int, int], value: float = 0.0
+    x: torch.Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...], value: float = 0.0
 ) -> torch.Tensor:
     """TensorFlow 'SAME' padding for a following VALID conv/pool: out = ceil(in / s), and an odd total puts
     the extra pixel after (bottom/right). PyTorch's symmetric padding differs for stride 2 on even inputs."""
@@ -120,13 +120,16 @@ class BottleneckV1(nn.Module):
         self.gn3 = _group_norm(out_chs, HYBRID_GN_EPS)
         nn.init.zeros_(self.gn3.weight)  # official scale_init=zeros: each residual branch starts switched off
         if _needs_projection(in_chs, features, stride):
-            self.conv_proj = _hybrid_conv(in_chs, out_chs, 1, stride)
-            self.gn_proj = _group_norm(out_chs, HYBRID_GN_EPS)
+            self.conv_proj: StdConv2d | None = _hybrid_conv(in_chs, out_chs, 1, stride)
+            self.gn_proj: nn.GroupNorm | None = _group_norm(out_chs, HYBRID_GN_EPS)
         else:
             self.conv_proj = self.gn_proj = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shortcut = x if self.conv_proj is None else self.gn_proj(self.conv_proj(x))
+        if self.conv_proj is None or self.gn_proj is None:
+            shortcut = x
+        else:
+            shortcut = self.gn_proj(self.conv_proj(x))
         y = F.relu(self.gn1(self.conv1(x)))
         y = F.relu(self.gn2(self.conv2(y)))
         y = self.gn3(self.conv3(y))

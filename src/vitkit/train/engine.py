@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def _train(
     checkpoint = broadcast_object(open_run_dir(run_dir, lock, resume) if rank == 0 else None)
 
     data = config.data
-    reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    reading: dict[str, Any] = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
     labelled = open_source(data.source, "train", data.data_dir, **reading)
     test_set = open_source(data.source, "test", data.data_dir, **reading)
     validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
@@ -245,6 +246,7 @@ def _train(
                "skipped_images": skipped}
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
+    assert final_model is not None  # rank 0, the one that reaches here
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
@@ -258,7 +260,7 @@ class TrainStep:
         config: RunConfig,
         train_set: Source,
         model: nn.Module,
-        forward: nn.Module,
+        forward: Callable[..., torch.Tensor],
         optimizer: torch.optim.Optimizer,
         ema: nn.Module | None,
         transform: TrainTransform,
@@ -448,7 +450,7 @@ def build_train_step(
     t = config.train
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
-    forward = data_parallel(model, strategy, device)
+    forward: Callable[..., torch.Tensor] = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
     transform = train_transform(config, model, len(train_set.classes))
     return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
@@ -489,7 +491,7 @@ def objective_loss(train: TrainSection) -> LossFunction:
 
 
 def accumulate_gradients(
-    forward: nn.Module,
+    forward: Callable[..., torch.Tensor],
     loss_function: LossFunction,
     transform: TrainTransform,
     batch: Batch,
@@ -594,6 +596,7 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     elif m.weights is not None:
         model = load_weights(m.weights, **{"num_classes": classes, "reset_head": True, **m.overrides})  # §3.2
     else:
+        assert m.name is not None  # the recipe sets exactly one of name and weights
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})
     if model.config.num_classes != classes:
         needs = "train.objective='mpp' trains no classifier" if mpp else f"the dataset has {num_classes} classes"

@@ -158,7 +158,7 @@ def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.P
         for i in range(k):
             for j in range(k):
                 color = "white" if rates[i, j] > 0.5 else "black"
-                ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7, color=color)
+                ax.text(j, i, str(int(confusion[i, j])), ha="center", va="center", fontsize=7, color=color)
     ax.set(xlabel="predicted", ylabel="true", title=title)
     fig.tight_layout()
     path = Path(path)

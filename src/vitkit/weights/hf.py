@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.models.config import ViTConfig
+from vitkit.models.config import ViTConfig, to_pair
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
 
@@ -175,8 +175,8 @@ def to_hf(model: nn.Module) -> nn.Module:
         hidden_dropout_prob=config.dropout,
         attention_probs_dropout_prob=config.attention_dropout,
         layer_norm_eps=config.layer_norm_eps,
-        image_size=list(config.img_size),
-        patch_size=list(config.patch_size),
+        image_size=list(to_pair(config.img_size)),
+        patch_size=list(to_pair(config.patch_size)),
         num_channels=config.in_chans,
         qkv_bias=True,
         pooler_output_size=config.representation_size,

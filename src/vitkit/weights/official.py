@@ -231,7 +231,7 @@ def export_npz(model: nn.Module, path: str | os.PathLike, *, layout: str = "line
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
 
     atomic_write(path, write)
     return Path(path)
