@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable, Sequence
 
 import torch
+from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, bench_dtypes, comma_ints
@@ -59,8 +60,8 @@ def batch_sweep(
     """Per-image throughput and MFU of vitkit (and optionally one peer) at several batch sizes, all alternated;
     `precision` 'bf16' or 'both' times bf16 autocast too, each MFU against the GEMM of its own precision."""
     model = bench_model(model_name, img_size).to(device)
-    shape = (model.config.in_chans, *model.config.img_size)
-    modules = {"vitkit": model}
+    shape = model.config.input_size
+    modules: dict[str, nn.Module] = {"vitkit": model}
     if peer:
         modules[peer] = build_peer(peer, model).to(device)
     dtypes = bench_dtypes(precision)

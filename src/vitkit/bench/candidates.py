@@ -11,10 +11,11 @@ from torch import nn
 
 import vitkit
 from vitkit.flops import count_flops
+from vitkit.models.registry import Model
 from vitkit.precision import autocast
 
 
-def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000, seed: int = 0) -> nn.Module:
+def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000, seed: int = 0) -> Model:
     """A registered model in eval mode, its head random: the zero-initialised head would make every peer agree
     trivially, random logits make the same-outputs check mean something."""
     torch.manual_seed(seed)

@@ -66,7 +66,7 @@ def checkpointing_memory(
     `precision` (measured, not fitted), at `batch_size` and at half of it: the two points give the memory per
     image and the largest batch within `budget_gib`. With `time_rounds`, also the step time of each, alternated."""
     model = bench_model(model_name, img_size).to(device)
-    shape = (model.config.in_chans, *model.config.img_size)
+    shape = model.config.input_size
     x = torch.randn(batch_size, *shape, device=device)
     y = torch.randint(0, model.config.num_classes, (batch_size,), device=device)
     model.train()

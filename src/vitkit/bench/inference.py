@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.options import (
@@ -68,9 +69,9 @@ def inference_vs_peers(
     in the same rounds; 'both' times every implementation in both. A last row says what `auto` picks here, and why.
     """
     model = bench_model(model_name, img_size).to(device)
-    x = torch.randn(batch_size, model.config.in_chans, *model.config.img_size, device=device)
+    x = torch.randn(batch_size, *model.config.input_size, device=device)
     flops = forward_flops(model, x)
-    modules = {"vitkit": model}
+    modules: dict[str, nn.Module] = {"vitkit": model}
     for peer in peers:
         modules[peer] = build_peer(peer, model).to(device)
         diff = check_same_outputs(model, modules[peer], x[:2])

@@ -76,7 +76,7 @@ def training_precision(
     model = workload.model.to(target)
     b = config.train.batch_size
     flops = 3.0 * count_flops(
-        model, (model.config.in_chans, *model.config.img_size), batch_size=b
+        model, model.config.input_size, batch_size=b
     )  # fwd + bwd
     candidates: dict[str, Callable[[], object]] = {}
     for name, dtype in DTYPES.items():

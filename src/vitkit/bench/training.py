@@ -223,7 +223,7 @@ def training_vs_timm(
     workload = Workload.load(*setup)
     config, model = workload.config, workload.model
     b = config.train.batch_size
-    flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)
+    flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)
     threads = torch.get_num_threads()
     peers = {
         data + (", freed memory kept" if keep else ""): (data, keep)

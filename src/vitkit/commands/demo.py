@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     model = vitkit.create_model(args.model).eval()
     config = model.config
-    flops = count_flops(model, (config.in_chans, *config.img_size))
-    x = torch.randn(args.batch_size, config.in_chans, *config.img_size)
+    flops = count_flops(model, config.input_size)
+    x = torch.randn(args.batch_size, *config.input_size)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")
     with torch.no_grad(), precision.autocast():

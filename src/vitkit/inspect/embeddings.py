@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from vitkit.models.vit import VisionTransformer
 
 Grid = tuple[int, int]
 NUM_FILTER_COMPONENTS = 28  # as many as the paper's Fig. 7 (left) shows
@@ -33,7 +34,7 @@ def filter_components(
     return comps.reshape(k, c, ph, pw), ratio
 
 
-def position_embedding_table(model: nn.Module) -> tuple[torch.Tensor, Grid] | None:
+def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, Grid] | None:
     """The patch rows of the position embedding as ([gh*gw, D], grid), class-token row(s) excluded.
 
     'learned' (1-D), 'learned_2d' (X and Y halves concatenated per patch, as the model adds them) and the
@@ -81,7 +82,7 @@ def cosine_similarity_grid(table: torch.Tensor, grid: Grid) -> torch.Tensor:
     return (t @ t.T).reshape(gh, gw, gh, gw)
 
 
-def position_similarity(model: nn.Module) -> torch.Tensor | None:
+def position_similarity(model: VisionTransformer) -> torch.Tensor | None:
     """Fig. 7 (centre) for `model`: [gh, gw, gh, gw] cosine similarities, or None when not applicable."""
     found = position_embedding_table(model)
     if found is None:

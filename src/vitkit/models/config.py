@@ -105,6 +105,11 @@ class ViTConfig:
     def num_prefix_tokens(self) -> int:
         return 1 if self.classifier == "token" else 0
 
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        """(channels, height, width) of one input image."""
+        return (self.in_chans, *to_pair(self.img_size))
+
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
 
@@ -128,6 +133,11 @@ class ResNetConfig:
         _check_sizes("img_size", self.img_size)
         for name, low in (("width_factor", 1), ("in_chans", 1), ("num_classes", 0)):
             _check_int(name, getattr(self, name), low)
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        """(channels, height, width) of one input image."""
+        return (self.in_chans, *to_pair(self.img_size))
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}

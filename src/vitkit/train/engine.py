@@ -418,7 +418,7 @@ def run_precision(
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    shape = (micro, model.config.in_chans, *model.config.img_size)
+    shape = (micro, *model.config.input_size)
     key = ("train", model_signature(model), shape, t.objective, str(device))
     what = f"a forward and backward pass at batch {micro}"
     chosen = choose_precision(t.precision, device, measure=forward_backward, key=key, what=what)

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from vitkit.models.config import ViTConfig, to_pair
+from vitkit.models.registry import Model
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
 
@@ -117,7 +118,7 @@ def load_hf_state(
     *,
     hints: Mapping[str, Any] | None = None,
     **options: Any,
-) -> nn.Module:
+) -> Model:
     """A vitkit model from a transformers ViT state dict (ViTModel / ViTForImageClassification, 4.x / 5.x)."""
     state = modern_names(state)
     prefix = CLASSIFIER_PREFIX if any(k.startswith(CLASSIFIER_PREFIX) for k in state) else ""
@@ -126,7 +127,7 @@ def load_hf_state(
     return load_vitkit_state(converted, source, hints=hints, **options)
 
 
-def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> nn.Module:
+def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> Model:
     """A vitkit VisionTransformer computing what a transformers ViTModel / ViTForImageClassification computes.
 
     ViTModel gives a head-less vitkit model whose output is `pooler_output` (with a pooler: the pre-logits
