@@ -21,8 +21,9 @@ def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000,
     torch.manual_seed(seed)
     overrides: dict[str, Any] = {"num_classes": num_classes, **({"img_size": img_size} if img_size is not None else {})}
     model = vitkit.create_model(name, **overrides)
-    if isinstance(getattr(model, "head", None), nn.Linear):
-        nn.init.normal_(model.head.weight, std=0.02)
+    head = getattr(model, "head", None)
+    if isinstance(head, nn.Linear):
+        nn.init.normal_(head.weight, std=0.02)
     return model.eval()
 
 

@@ -4,6 +4,7 @@ checkpointing."""
 from __future__ import annotations
 
 import argparse
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from vitkit.bench.candidates import bench_model, synchronize
 from vitkit.bench.memory import fit_memory, peak_allocated_bytes, resident_bytes
 from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, bench_dtypes
 from vitkit.bench.timing import alternate
+from vitkit.models.registry import Model
 from vitkit.precision import autocast
 
 NAME = "memory"
@@ -38,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
     return checkpointing_memory(args.model, args.batch_size, args.img_size, args.time_rounds, log, args.clock,
                                 args.precision, args.budget_gib, args.device)
+
+
+def _step_with_checkpointing(model: Model, enabled: bool, step: Callable[[], object]) -> object:
+    """A timing candidate: switch checkpointing to this candidate's setting, then take the step."""
+    model.set_grad_checkpointing(enabled)
+    return step()
 
 
 def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -84,7 +92,7 @@ def checkpointing_memory(
                              resident, (half, batch_size) if half < batch_size else (1, 2))
             peak = fit.peak(batch_size) - resident
             label = f"{name}, {'checkpointing' if enabled else 'no checkpointing'}"
-            steps[label] = (lambda s=step, e=enabled: (model.set_grad_checkpointing(e), s()))
+            steps[label] = functools.partial(_step_with_checkpointing, model, enabled, step)
             rows.append({"model": model_name, "batch": batch_size, "precision": name, "gradient checkpointing": enabled,
                          "peak above resident (MiB)": peak / MIB, "resident (MiB)": resident / MIB,
                          "peak total (MiB)": (peak + resident) / MIB, "MiB/image": fit.per_image / MIB,

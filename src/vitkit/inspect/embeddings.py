@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from vitkit.models.posemb import (
+    Learned2dPositionEmbedding,
+    LearnedPositionEmbedding,
+    SinCos2dPositionEmbedding,
+)
 from vitkit.models.vit import VisionTransformer
 
 Grid = tuple[int, int]
@@ -41,20 +46,18 @@ def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, Gr
     fixed 'sincos' table; None for kinds without an additive table ('none', 'relative').
     """
     cfg = model.config
-    kind = cfg.pos_embed
     pos = model.pos_embed
     with torch.no_grad():
-        if kind == "learned":
-            grid = tuple(pos.grid)
-            return pos.weight[0, pos.num_prefix_tokens :].detach().float().cpu(), grid
-        if kind == "learned_2d":
+        if isinstance(pos, LearnedPositionEmbedding):
+            return pos.weight[0, pos.num_prefix_tokens :].detach().float().cpu(), pos.grid
+        if isinstance(pos, Learned2dPositionEmbedding):
             row, col = pos.row.detach().float().cpu(), pos.col.detach().float().cpu()
             gh, gw = row.shape[0], col.shape[0]
             table = torch.cat(
                 [col[None, :, :].expand(gh, -1, -1), row[:, None, :].expand(-1, gw, -1)], dim=-1
             )
             return table.reshape(gh * gw, -1), (gh, gw)
-        if kind == "sincos":
+        if isinstance(pos, SinCos2dPositionEmbedding):
             grid = cfg.grid_size
             table = pos.table(grid, torch.device("cpu"), torch.float32)
             return table[0, cfg.num_prefix_tokens :], grid

@@ -142,7 +142,7 @@ def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: 
     return load_hf_state(state, where, hints=hints, keep_pre_logits=keep_pre_logits, **overrides)
 
 
-def to_hf(model: nn.Module) -> nn.Module:
+def to_hf(model: nn.Module) -> Any:
     """The same network in transformers (eval mode): ViTForImageClassification, or ViTModel when head-less."""
     # transformers is optional (extras bench and test): only the conversions to and from it import it.
     from transformers import ViTConfig as HFConfig
