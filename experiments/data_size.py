@@ -131,6 +131,7 @@ def main(argv: list[str] | None = None) -> Path:
         axes,
         ["test_top1", *(f"fewshot_{k}shot" for k in SHOTS)],
         ["test top-1", *(f"{k}-shot linear" for k in SHOTS)],
+        strict=True,
     ):
         for family in families:
             samples = [[100 * r[key] for r in reports[(family.name, size)]] for size in sizes]
