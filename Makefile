@@ -1,18 +1,18 @@
 # The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (< 1 minute),
 # `make test-slow` the rest (process groups, kill-and-resume, full-size conversions, benchmarks, torch.compile,
-# the headless-Chromium rendering), `make test-all` both, as CI does.
+# the headless-Chromium rendering), `make test-all` both, as CI does. `make lint`: ruff (lint, format) and mypy.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-all
+.PHONY: setup run test test-slow test-all lint
 
 setup: $(BIN)/vitkit
 
 $(BIN)/vitkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,dev]'
 	touch $@
 
 run: setup
@@ -26,3 +26,8 @@ test-slow: setup
 
 test-all: setup
 	$(BIN)/python -m pytest -m 'slow or not slow' -rs
+
+lint: setup
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+	$(BIN)/mypy src/vitkit

@@ -38,7 +38,7 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run, label in zip(args.runs, labels, strict=True):
         points = evaluations(run)
-        ax.plot(*zip(*points), "o-", label=f"{label}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min")
+        ax.plot(*zip(*points, strict=True), "o-", label=f"{label}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min")
         print(f"\n| {label}: minutes | test top-1 |\n| ---: | ---: |")
         print("\n".join(f"| {m:.1f} | {a:.2f}% |" for m, a in points))
     if args.target is not None:

@@ -1,14 +1,15 @@
 """SIGKILL real `vitkit train` runs at random moments (checkpoint writes and the final write included), resume
 each, and check that nothing breaks and nothing is lost.
 
-For each of --runs runs of a tiny recipe on the embedded Fashion-MNIST subset (dropout, drop-path, EMA and
-gradient accumulation on: every piece of state a resume must restore), --kills-per-run processes are killed:
-at a random time, while a checkpoint is being written (a `.tmp-*` directory exists), or while final/ is being
-written. After each kill the run is resumed; after the last one it runs to the end. Every checkpoint the killed
-and resumed processes completed, final/ and the logged training losses must be bitwise equal to those of one
-uninterrupted run, and no temporary file may remain. Prints one line per kill and a summary.
+Runs of a tiny recipe on the embedded Fashion-MNIST subset (dropout, drop-path, EMA and gradient accumulation
+on: every piece of state a resume must restore) are killed until --kills SIGKILLs have landed, up to
+--kills-per-run a run: at a random time, while a checkpoint is being written (a `.tmp-*` directory exists), or
+while final/ is being written (which ends that run's kills). After each kill the run is resumed; after its
+last one it runs to the end. Every checkpoint the killed and resumed processes completed, final/ and the logged
+training losses must be bitwise equal to those of one uninterrupted run, and no temporary file may remain.
+Prints one line per kill and a summary.
 
-    nice -n 5 python benchmarks/fault_injection.py --runs 5 --kills-per-run 5 --seed 0
+    nice -n 10 python benchmarks/fault_injection.py --kills 25 --steps 30 --checkpoint-every 5 --seed 0
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ def command(out: Path, steps: int, every: int, resume: bool) -> list[str]:
 def start(out: Path, steps: int, every: int, resume: bool) -> subprocess.Popen:
     env = {**os.environ, "VITKIT_EMBEDDED": "1"}
     return subprocess.Popen(
-        command(out, steps, every, resume), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        command(out, steps, every, resume),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -69,7 +74,9 @@ def writing(run: Path, phase: str) -> bool:
 
 def kill_at(process: subprocess.Popen, run: Path, phase: str, rng: random.Random, expected_s: float) -> str:
     """SIGKILL `process` during `phase` (polling every ~0.2 ms) or at a random time; returns what was hit."""
-    deadline = time.monotonic() + (rng.uniform(0.25, 1.0) * expected_s if phase == "random" else 10 * expected_s)
+    deadline = time.monotonic() + (
+        rng.uniform(0.25, 1.0) * expected_s if phase == "random" else 10 * expected_s
+    )
     while process.poll() is None and time.monotonic() < deadline:
         if phase != "random" and writing(run, phase):
             time.sleep(rng.uniform(0.0, 0.002))  # somewhere inside the write
@@ -111,8 +118,12 @@ def compare(run: Path, reference: Path) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--kills-per-run", type=int, default=5)
+    parser.add_argument(
+        "--kills", type=int, default=25, help="SIGKILLs in all (runs are added until reached)"
+    )
+    parser.add_argument(
+        "--kills-per-run", type=int, default=5, help="at most; a kill in the final write ends a run"
+    )
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
@@ -128,31 +139,41 @@ def main() -> int:
         return 1
     expected_s = time.monotonic() - began
     print(f"reference run: {args.steps} steps in {expected_s:.1f} s (process start-up included)")
-    kills, hits, equal, left = 0, {}, 0, 0
-    for r in range(args.runs):
-        run = root / f"run{r}"
+    kills, hits, equal, left, runs = 0, {}, 0, 0, 0
+    while kills < args.kills:
+        run = root / f"run{runs}"
         for k in range(args.kills_per_run):
             phase = rng.choices(PHASES, weights=(0.4, 0.4, 0.2))[0]
             resume = (run / "config.toml").exists()
             hit = kill_at(start(run, args.steps, args.checkpoint_every, resume), run, phase, rng, expected_s)
-            if hit != "finished first":
-                kills += 1
-                hits[hit] = hits.get(hit, 0) + 1
             steps = [int(p.name.removeprefix("step_")) for p in checkpoint_dirs(run)]
-            print(f"run {r} kill {k}: aimed at {phase:10s} hit {hit:16s} last checkpoint {max(steps, default=0)}")
+            print(
+                f"run {runs} kill {k}: aimed at {phase:10s} hit {hit:16s} last checkpoint {max(steps, default=0)}"
+            )
+            if hit == "finished first":
+                break
+            kills += 1
+            hits[hit] = hits.get(hit, 0) + 1
+            if (
+                hit == "final write" or kills == args.kills
+            ):  # nothing left to kill in this run, or enough kills
+                break
         process = start(run, args.steps, args.checkpoint_every, resume=(run / "config.toml").exists())
+        runs += 1
         if process.wait() != 0:
-            print(f"run {r}: the final resume failed: {process.stderr.read().strip()}")
+            print(f"run {runs - 1}: the final resume failed: {process.stderr.read().strip()}")
             continue
         problems = compare(run, reference)
         remaining = leftovers(run)
         equal += not problems
         left += len(remaining)
-        print(f"run {r}: {'bitwise equal' if not problems else '; '.join(problems)}; leftovers {len(remaining)}")
+        print(
+            f"run {runs - 1}: {'bitwise equal' if not problems else '; '.join(problems)}; leftovers {len(remaining)}"
+        )
     summary = {
         "kills": kills,
         "kills_by_moment": hits,
-        "runs": args.runs,
+        "runs": runs,
         "bitwise_equal_runs": equal,
         "leftover_files": left,
         "steps": args.steps,
@@ -164,7 +185,7 @@ def main() -> int:
     print(json.dumps(summary))
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
-    return 0 if equal == args.runs and left == 0 else 1
+    return 0 if equal == runs and left == 0 else 1
 
 
 if __name__ == "__main__":

@@ -9,8 +9,9 @@ batches by a seeded permutation, so storage order does not change what training 
 image). `vitkit data pack fashion_mnist --data-dir OUT/memory` then writes the WebDataset and HF copies in the
 same order.
 
-`compare RUN_A RUN_B ...` prints, for each run against the first, whether every training loss in metrics.jsonl is
-bitwise equal (else the first differing step and the largest difference) and the final test accuracy.
+`compare RUN_A RUN_B ... [--step S]` prints, for each run against the first, whether every training loss in
+metrics.jsonl is bitwise equal (else the first differing step and the largest difference), whether the final
+weights (or those of the step-S checkpoints, for a killed and resumed run) are, and the final test accuracy.
 
     python benchmarks/source_equality.py prepare /work/big/fm
     python benchmarks/source_equality.py compare runs/memory runs/folder runs/hf runs/wds
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import torch
 from PIL import Image
+from safetensors.torch import load_file
 from tqdm import tqdm
 
 from vitkit.data.sources import FASHION_FILES, load_fashion_mnist, write_idx
@@ -53,22 +55,38 @@ def prepare(out: Path, data_dir: str | None) -> None:
         print(f"{split}: {len(labels)} images from {dataset.source}, sorted by class, in {out}/memory and {out}/folder")
 
 
-def losses(run: Path) -> dict[int, float]:
+def losses(run: Path, last: int | None = None) -> dict[int, float]:
+    """Training loss of each step in metrics.jsonl (up to step `last`); a resumed step's loss is its last record."""
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
+    found = {r["step"]: r["train_loss"] for r in records if "train_loss" in r}
+    return {step: loss for step, loss in found.items() if last is None or step <= last}
 
 
-def compare(runs: list[Path]) -> None:
-    reference = losses(runs[0])
+def weights(run: Path, step: int | None) -> dict[str, torch.Tensor]:
+    """The model weights of the run's end (RUN/final) or of its checkpoint at `step`."""
+    directory = run / "final" if step is None else run / "checkpoints" / f"step_{step:08d}"
+    return load_file(directory / "model.safetensors")
+
+
+def compare(runs: list[Path], step: int | None = None) -> None:
+    reference, reference_weights = losses(runs[0], step), weights(runs[0], step)
     for run in runs:
-        report = json.loads((run / "report.json").read_text())
-        found = losses(run)
+        found, found_weights = losses(run, step), weights(run, step)
         steps = sorted(set(reference) & set(found))
         differing = [s for s in steps if found[s] != reference[s]]
         largest = max((abs(found[s] - reference[s]) for s in steps), default=0.0)
         verdict = "bitwise equal" if not differing and steps else f"first difference at step {differing[0]}"
-        print(f"{run}: {len(steps)} losses vs {runs[0].name}: {verdict}, largest difference {largest:.3g}; "
-              f"test top-1 {100 * report['test_top1']:.2f}% ({report['train_data']})")
+        same_weights = found_weights.keys() == reference_weights.keys() and all(
+            torch.equal(found_weights[k], reference_weights[k]) for k in reference_weights
+        )
+        at = "final" if step is None else f"step {step}"
+        line = (f"{run}: {len(steps)} losses vs {runs[0].name}: {verdict}, largest difference {largest:.3g}; "
+                f"{at} weights {'bitwise equal' if same_weights else 'differ'}")
+        report = run / "report.json"
+        if step is None and report.is_file():
+            summary = json.loads(report.read_text())
+            line += f"; test top-1 {100 * summary['test_top1']:.2f}% ({summary['train_data']})"
+        print(line)
 
 
 def main() -> None:
@@ -77,13 +95,14 @@ def main() -> None:
     p = sub.add_parser("prepare", help="write the class-sorted IDX copy and the PNG ImageFolder")
     p.add_argument("out", type=Path)
     p.add_argument("--data-dir", default=None, help="where the Fashion-MNIST IDX files are (default: vitkit's search)")
-    c = sub.add_parser("compare", help="compare the training losses of runs against the first")
+    c = sub.add_parser("compare", help="compare the training losses and weights of runs against the first")
     c.add_argument("runs", type=Path, nargs="+")
+    c.add_argument("--step", type=int, default=None, help="compare up to this step's checkpoint (default: the end)")
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.data_dir)
     else:
-        compare(args.runs)
+        compare(args.runs, args.step)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ def test_debug_shows_the_traceback(
     assert code == 2 and error.count("\n") == 1 and "Traceback" not in error
     code, error = run(["--debug", *argv], capsys)
     assert code == 2 and "Traceback (most recent call last)" in error
-    assert error.splitlines()[-1] == f"vitkit predict: error: {tmp_path / 'none.npz'}: no such file or directory"
+    assert (
+        error.splitlines()[-1] == f"vitkit predict: error: {tmp_path / 'none.npz'}: no such file or directory"
+    )
     monkeypatch.setenv("VITKIT_DEBUG", "1")
     assert "Traceback" in run(argv, capsys)[1]
 
@@ -98,11 +100,24 @@ def test_convert_refuses_its_own_source_and_a_directory_as_a_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["convert", WEIGHTS, str(tmp_path / "w"), "--to", "vitkit"]) == 0
+    for _ in range(2):  # an existing file destination is replaced, as cp replaces it
+        assert cli.main(["convert", WEIGHTS, str(tmp_path / "w.npz"), "--to", "npz"]) == 0
+    assert vitkit.load_weights(tmp_path / "w.npz") is not None
     capsys.readouterr()
     for argv, message in (
-        (["convert", str(tmp_path / "w"), str(tmp_path / "w"), "--to", "vitkit"], "is or is inside the source"),
-        (["convert", str(tmp_path / "w"), str(tmp_path / "w" / "x"), "--to", "hf"], "is or is inside the source"),
+        (
+            ["convert", str(tmp_path / "w"), str(tmp_path / "w"), "--to", "vitkit"],
+            "is or is inside the source",
+        ),
+        (
+            ["convert", str(tmp_path / "w"), str(tmp_path / "w" / "x"), "--to", "hf"],
+            "is or is inside the source",
+        ),
         (["convert", WEIGHTS, str(tmp_path / "w"), "--to", "npz"], "is a directory; --to npz writes a file"),
+        (
+            ["convert", str(tmp_path / "w.npz"), str(tmp_path / "w.npz"), "--to", "npz"],
+            "is or is inside the source",
+        ),
     ):
         code, error = run(argv, capsys)
         assert code == 2 and error.count("\n") == 1 and message in error, error
@@ -118,7 +133,9 @@ def test_a_json_list_as_config_json_is_one_line(tmp_path: Path, capsys: pytest.C
     assert f"{weights / 'config.json'}: expected a JSON object of config fields, got a list" in error
 
 
-def test_non_finite_weights_are_refused_unless_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_non_finite_weights_are_refused_unless_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     arrays = read_npz(WEIGHTS)
     key = next(k for k in sorted(arrays) if k.endswith("kernel"))
     arrays[key] = arrays[key].copy()

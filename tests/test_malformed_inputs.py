@@ -6,10 +6,13 @@ traceback, never a run directory or output left by a rejected command, never cod
 
 from __future__ import annotations
 
+import importlib.util
 import io
+import json
 import os
 import struct
 import zlib
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +21,12 @@ import torch
 from PIL import Image
 
 import vitkit
+from tiny_run import TINY
 from vitkit import cli
 from vitkit.data.decode import ImageDecodeError
-from vitkit.data.folder import IMAGE_EXTENSIONS
+from vitkit.data.folder import IMAGE_EXTENSIONS, FolderSource
+from vitkit.data.pack import pack
+from vitkit.data.shards import ShardSource
 from vitkit.data.spec import open_source
 from vitkit.inspect.images import read_images
 from vitkit.storage import save_pretrained
@@ -28,6 +34,7 @@ from vitkit.storage import save_pretrained
 DATA = Path(__file__).parent / "data" / "official_vit"
 WEIGHTS = str(DATA / "A_params.npz")
 RNG = np.random.default_rng(0)
+HAS_DATASETS = importlib.util.find_spec("datasets") is not None
 PIXELS = RNG.integers(0, 256, (24, 20, 3), dtype=np.uint8)
 GREY = PIXELS[..., 0]
 
@@ -130,17 +137,24 @@ def test_predict_classifies_every_good_image_and_skips_every_broken_one(corpus, 
     )
     code = cli.main(["predict", *map(str, broken.values()), "--weights", WEIGHTS])
     err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err and stderr_lines(err, "predict")[-1].endswith(
-        "error: no readable image among " + " ".join(map(str, broken.values()))
+    assert (
+        code == 2
+        and "Traceback" not in err
+        and stderr_lines(err, "predict")[-1].endswith(
+            "error: no readable image among " + " ".join(map(str, broken.values()))
+        )
     )
 
 
-def test_every_reader_skips_the_same_files(corpus, tmp_path) -> None:
+def test_every_reader_gives_the_same_pixels_and_skips_the_same_files(corpus, tmp_path) -> None:
+    """inspect's reader and the ImageFolder source decode each file to the same pixels (one rule for alpha,
+    palettes, 16-bit, float...) and skip the same files."""
     root, good, broken = corpus
     images, names, skipped = read_images([root])  # inspect's reader
     assert sorted(Path(n).name for n in names) == sorted(good)
     assert sorted(Path(s["path"]).name for s in skipped) == sorted(broken)
     assert all(image.dtype == torch.uint8 and image.shape[0] == 3 for image in images)
+    inspected = {Path(name).name: image for name, image in zip(names, images, strict=True)}
     folder = tmp_path / "folder"
     for split in ("train", "test"):
         (folder / split / "all").mkdir(parents=True)
@@ -150,7 +164,8 @@ def test_every_reader_skips_the_same_files(corpus, tmp_path) -> None:
     unreadable = []
     for index in range(len(source)):
         try:
-            assert source.read(index).dtype == torch.uint8
+            pixels = source.read(index)
+            assert torch.equal(pixels, inspected[Path(source.name(index)).name])  # alpha onto white in both
         except ImageDecodeError as error:
             assert "\n" not in str(error) and str(error).startswith(source.name(index))
             unreadable.append(Path(source.name(index)).name)
@@ -166,15 +181,23 @@ RECIPES = {
     "wrong_type.toml": (b"[train]\nsteps = 'many'\n", "train.steps must be of type int"),
     "zero_lr.toml": (b"[optim]\nlr = 0\n", "optim.lr must be in (0, inf)"),
     "zero_depth.toml": (b"[model]\nname = 'ViT-Ti/16'\ndepth = 0\n", "depth must be an integer >= 1, got 0"),
-    "negative_width.toml": (b"[model]\nname = 'ViT-Ti/16'\nhidden_size = -3\n", "hidden_size must be an integer"),
+    "negative_width.toml": (
+        b"[model]\nname = 'ViT-Ti/16'\nhidden_size = -3\n",
+        "hidden_size must be an integer",
+    ),
     "log_every_0.toml": (b"[train]\nlog_every = 0\n", "train.log_every must be >= 1, got 0"),
     "nan_decay.toml": (b"[train]\nema_decay = nan\n", "train.ema_decay"),
-    "both_models.toml": (b"[model]\nname = 'ViT-Ti/16'\nweights = 'x.npz'\n", "set exactly one of model.name"),
+    "both_models.toml": (
+        b"[model]\nname = 'ViT-Ti/16'\nweights = 'x.npz'\n",
+        "set exactly one of model.name",
+    ),
 }
 
 
 @pytest.mark.parametrize("name", sorted(RECIPES))
-def test_a_malformed_recipe_is_one_line_and_leaves_no_run_directory(name, tmp_path, capsys, monkeypatch) -> None:
+def test_a_malformed_recipe_is_one_line_and_leaves_no_run_directory(
+    name, tmp_path, capsys, monkeypatch
+) -> None:
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")
     content, message = RECIPES[name]
     recipe = tmp_path / name
@@ -229,7 +252,9 @@ def malformed_weights(root: Path) -> dict[str, Path]:
     (root / "no_config").mkdir()
     paths["no_config"] = root / "no_config"
     shape = root / "wrong_shape"
-    save_pretrained(vitkit.create_model("ViT-Ti/16", img_size=32, patch_size=8, depth=1, num_classes=10), shape)
+    save_pretrained(
+        vitkit.create_model("ViT-Ti/16", img_size=32, patch_size=8, depth=1, num_classes=10), shape
+    )
     (shape / "model.safetensors").write_bytes(data)
     paths["wrong_shape"] = shape
     return paths
@@ -241,7 +266,10 @@ def test_malformed_weights_are_one_line_and_run_no_code(tmp_path, capsys) -> Non
     for name, path in malformed_weights(tmp_path).items():
         for argv, out in (
             (["predict", str(image), "--weights", str(path)], None),
-            (["convert", str(path), str(tmp_path / f"out-{name}"), "--to", "vitkit"], tmp_path / f"out-{name}"),
+            (
+                ["convert", str(path), str(tmp_path / f"out-{name}"), "--to", "vitkit"],
+                tmp_path / f"out-{name}",
+            ),
         ):
             code = cli.main(argv)
             err = capsys.readouterr().err
@@ -250,3 +278,106 @@ def test_malformed_weights_are_one_line_and_run_no_code(tmp_path, capsys) -> Non
             assert len(lines) == 1 and "Traceback" not in err and str(path) in lines[0], (name, err)
             assert out is None or not out.exists(), name
     assert not (tmp_path / "code-ran").exists()
+
+
+@pytest.fixture(scope="module")
+def sources(corpus, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The corpus's image files as an ImageFolder (train/good, train/broken, test/good) and packed with their
+    bytes as they are into WebDataset shards and a Hugging Face dataset: the data.source of each."""
+    root, good, broken = corpus
+    base = tmp_path_factory.mktemp("sources")
+    folder = base / "folder"
+    for split, kind, paths in (("train", "good", good), ("train", "broken", broken), ("test", "good", good)):
+        (folder / split / kind).mkdir(parents=True)
+        for name, path in paths.items():
+            os.symlink(path, folder / split / kind / name)
+    specs = {"folder": f"folder:{folder}"}
+    for fmt in ("wds", "hf") if HAS_DATASETS else ("wds",):
+        pack(
+            {split: FolderSource(folder, split) for split in ("train", "test")},
+            base / fmt,
+            fmt,
+            shard_images=7,
+        )
+        specs[fmt] = f"{fmt}:{base / fmt}"
+    return specs
+
+
+def read_every_sample(source) -> tuple[dict[int, torch.Tensor], dict[int, str]]:
+    """Each sample's pixels or one-line error, by index, read as training reads it."""
+    if isinstance(source, ShardSource):
+        encoded = [sample for shard in range(len(source.paths)) for sample in source.samples(shard)]
+        reads = [
+            (index, name, partial(source.decode, name, data, label, 3))
+            for index, name, data, label in encoded
+        ]
+    else:
+        reads = [(index, source.name(index), partial(source.read, index)) for index in range(len(source))]
+    pixels, errors = {}, {}
+    for index, name, read in reads:
+        try:
+            pixels[index] = read()
+        except ImageDecodeError as error:
+            assert "\n" not in str(error) and str(error).startswith(f"{name}: "), str(error)
+            errors[index] = str(error)
+    return pixels, errors
+
+
+def test_every_data_source_reads_the_same_pixels_and_names_each_broken_image(sources, corpus) -> None:
+    """folder:, wds: and hf: hold the same bytes in the same order: the same pixels, the same unreadable
+    samples (each a one-line error naming the sample), nothing lost in packing."""
+    _, good, broken = corpus
+    folder = open_source(sources["folder"], "train")
+    names = [Path(folder.name(index)).name for index in range(len(folder))]
+    expected_broken = {index for index, name in enumerate(names) if name in broken}
+    assert expected_broken and set(names) == {
+        n for n in [*good, *broken] if Path(n).suffix in IMAGE_EXTENSIONS
+    }
+    pixels, errors = read_every_sample(folder)
+    assert set(errors) == expected_broken
+    for kind, spec in sources.items():
+        got_pixels, got_errors = read_every_sample(open_source(spec, "train"))
+        assert set(got_errors) == expected_broken, (kind, got_errors)
+        assert got_pixels.keys() == pixels.keys() and all(
+            torch.equal(got_pixels[i], pixels[i]) for i in pixels
+        ), kind
+
+
+def test_training_on_broken_data_stops_in_one_line_and_resumes_skipping(sources, tmp_path, capsys) -> None:
+    """data.on_corrupt='stop' ends the run with one line naming an unreadable sample; the same run continues
+    with --resume data.on_corrupt=skip, leaving the unreadable samples out and listing them in report.json."""
+    run = tmp_path / "run"
+    recipe = [
+        "model.img_size=16",
+        "model.patch_size=4",
+        "model.in_chans=3",
+        "train.batch_size=8",
+        "optim.warmup_steps=0",
+    ]
+    argv = ["train", "--out", str(run), "--steps", "1", *TINY, *recipe, f"data.source={sources['wds']}"]
+    assert cli.main(argv) == 2
+    lines = stderr_lines(capsys.readouterr().err, "train")
+    assert len(lines) == 1 and "wds/train-000000.tar:" in lines[0] and "data.on_corrupt='skip'" in lines[0], (
+        lines
+    )
+    assert cli.main(["train", "--out", str(run), "--resume", "data.on_corrupt=skip"]) == 0
+    skipped = json.loads((run / "report.json").read_text())["skipped_images"]
+    assert skipped and all("wds/train-" in line and "\n" not in line for line in skipped), skipped
+
+
+def test_a_directory_of_another_kind_is_one_line_and_leaves_no_run_directory(
+    sources, tmp_path, capsys
+) -> None:
+    folder = sources["folder"].removeprefix("folder:")
+    (tmp_path / "empty").mkdir()
+    cases = {
+        f"wds:{folder}": "dataset.json: missing",
+        f"folder:{tmp_path / 'empty'}": "needs the directories",
+    }
+    if HAS_DATASETS:
+        cases[f"hf:{tmp_path / 'empty'}"] = str(tmp_path / "empty")
+    for spec, message in cases.items():
+        assert cli.main(["train", "--out", str(tmp_path / "run"), *TINY, f"data.source={spec}"]) == 2, spec
+        lines = stderr_lines(capsys.readouterr().err, "train")
+        assert len(lines) == 1 and message in lines[0], (spec, lines)
+        assert not (tmp_path / "run").exists()

@@ -2,8 +2,8 @@
 
 import importlib.metadata
 
-from vitkit.models import ResNetConfig, ViTConfig, build_model, create_model, list_models, model_config
 from vitkit import inspect  # noqa: E402,F401  (vitkit.inspect: the paper's Fig. 6/7 probes)
+from vitkit.models import ResNetConfig, ViTConfig, build_model, create_model, list_models, model_config
 from vitkit.weights import (  # timm / transformers are imported only inside from_/to_timm, from_/to_hf
     export_npz,
     from_hf,

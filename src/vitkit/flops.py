@@ -8,7 +8,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 
-def count_flops(model: nn.Module, input_size: tuple[int, int, int], batch_size: int = 1) -> int:
+def count_flops(model: nn.Module, input_size: tuple[int, ...], batch_size: int = 1) -> int:
     """Forward FLOPs (multiply-add = 2) for one batch of `input_size` (C, H, W); works on meta-device models."""
     device = next(model.parameters()).device
     x = torch.zeros(batch_size, *input_size, device=device)

@@ -97,7 +97,7 @@ def follow_umask(path: str | os.PathLike) -> None:
     os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~current_umask())
 
 
-def atomic_write(path: str | os.PathLike, write: Callable[[str], None]) -> None:
+def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> None:
     """Call `write(tmp)` then fsync and rename onto `path`, so a reader never sees a half-written file; the file
     gets the umask's permissions. A full disk raises DiskFull (the temporary file removed)."""
     path = Path(path)

@@ -30,6 +30,7 @@ def test_both_pipelines_give_batches_of_the_size_in_minus_one_to_one(folder, mak
     assert images.min() >= -1.0 and images.max() <= 1.0
 
 
+@pytest.mark.slow  # times ViT-Ti/16 training steps against both pipelines, two rounds
 def test_rows_compare_vitkit_to_torchvision_and_training_per_round(folder):
     rows = data.data_vs_training(folder, [0], ["ViT-Ti/16"], img_size=32, batch_size=4, train_batch_size=2,
                                  rounds=2, batches=1)

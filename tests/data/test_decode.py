@@ -13,7 +13,6 @@ import pytest
 import torch
 from PIL import Image, ImageFile
 
-from vitkit.cli import main
 from vitkit.data import open_source
 from vitkit.data.decode import DEFAULT_MAX_PIXELS, MAX_PIXELS_ENV, ImageDecodeError, decode_image, image_size
 from vitkit.inspect.images import read_images

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from image_collections import write_folder
 from PIL import Image
 
+from image_collections import write_folder
 from vitkit.data import (
     FolderSource,
     ImageDecodeError,

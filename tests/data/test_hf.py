@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from image_collections import in_memory, write_folder, write_packed
 
+from image_collections import in_memory, write_folder, write_packed
 from vitkit.data import HFSource, TrainBatches, TrainTransform, open_source
 
 datasets = pytest.importorskip("datasets")

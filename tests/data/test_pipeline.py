@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from image_collections import in_memory, take_steps, write_folder
 
+from image_collections import in_memory, take_steps, write_folder
 from vitkit.data import FolderSource, TrainTransform, eval_batches, steps_per_epoch
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.models import create_model
@@ -50,7 +50,7 @@ def test_batches_do_not_depend_on_workers_or_the_resume_step(folder):
 def test_folder_batches_equal_the_same_images_in_memory(folder, crop):
     lazy = FolderSource(folder, "train", workers=int(crop == "inception"))  # workers change nothing (above)
     memory = in_memory(lazy, channels=1)  # the model of `batches` has one channel
-    for a, b in zip(batches(lazy, crop=crop, stop=6, size=40), batches(memory, crop=crop, stop=6, size=40)):
+    for a, b in zip(batches(lazy, crop=crop, stop=6, size=40), batches(memory, crop=crop, stop=6, size=40), strict=True):
         assert torch.equal(a.indices, b.indices) and torch.equal(a.labels, b.labels)
         assert torch.equal(a.images, b.images)
 

@@ -11,9 +11,10 @@ import tarfile
 
 import pytest
 import torch
-from image_collections import in_memory, take_steps, write_folder, write_packed
 
+from image_collections import in_memory, take_steps, write_folder, write_packed
 from vitkit.data import FolderSource, ShardSource, TrainBatches, TrainTransform, eval_batches, open_source
+from vitkit.data.pack import pack, shuffled_order
 
 CPU = torch.device("cpu")
 TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
@@ -94,3 +95,15 @@ def test_missing_index_or_shards_and_too_few_shards_are_one_line(shards, tmp_pat
     assert len(info["splits"]["train"]["shards"]) == 12
     with pytest.raises(ValueError, match="12 shard.* cannot feed 14 streams"):
         stream(ShardSource(shards, "train", workers=7), 1, world_size=2)
+
+
+def test_shards_are_written_in_a_seeded_shuffle_of_the_source(tmp_path):
+    folder = write_folder(tmp_path / "folder")
+    sources = {split: FolderSource(folder, split) for split in ("train", "test")}
+    pack(sources, tmp_path / "wds", "wds", shard_images=16, seed=3)
+    shards = ShardSource(tmp_path / "wds", "train")
+    samples = [sample for shard in range(len(shards.paths)) for sample in shards.samples(shard)]
+    keys = [int(name.rsplit("/", 1)[-1]) for _, name, _, _ in samples]  # the sample's index in the folder
+    assert keys == shuffled_order(len(sources["train"]), 3) and keys != sorted(keys)
+    assert [label for *_, label in samples] == sources["train"].labels[keys].tolist()
+    assert [data for _, _, data, _ in samples] == [sources["train"].encoded(key) for key in keys]

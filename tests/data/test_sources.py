@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import gzip
-import io
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 from torchvision.datasets.mnist import read_image_file, read_label_file
 
 from vitkit.data import ImageDataset, load_dataset, sources

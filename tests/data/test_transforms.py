@@ -8,9 +8,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torchvision.transforms import RandomResizedCrop
+from torchvision.transforms.v2 import functional as TF
 
 from vitkit.data import TrainTransform, eval_transform, load_dataset
-from vitkit.data.transforms import inception_boxes, splitmix64, splitmix64_tensor, uniforms
+from vitkit.data.transforms import (
+    NUM_STREAMS,
+    inception_box,
+    sample_keys,
+    splitmix64,
+    splitmix64_tensor,
+    uniforms,
+)
 
 
 @pytest.fixture(scope="module")
@@ -93,30 +101,48 @@ def test_output_shape_dtype_and_range(batch, crop, img_size, in_chans):
 
 
 def test_full_box_inception_crop_is_a_plain_bilinear_resize(batch):
-    # scale=(1, 1), ratio=(1, 1) on a square image always picks the whole image. roi_align with
-    # aligned=True samples output pixel x at (x + 0.5) * 28/40 - 0.5, the align_corners=False
-    # grid of F.interpolate; when upsampling it takes ceil(28/40) = 1 sample per output pixel, so
-    # it is exactly bilinear interpolation (same edge clamping), up to float rounding.
+    # scale=(1, 1), ratio=(1, 1) on a square image always picks the whole image: torchvision's resize.
     images, labels, indices = batch
     transform = TrainTransform(40, crop="inception", scale=(1.0, 1.0), ratio=(1.0, 1.0), flip=False)
     x, _ = transform(images, labels, indices, 0)
-    resized = F.interpolate(images.float(), size=(40, 40), mode="bilinear", align_corners=False)
-    assert torch.allclose(x, resized / 127.5 - 1, atol=1e-5)
+    resized = TF.resize(images, [40, 40], interpolation=TF.InterpolationMode.BILINEAR, antialias=True)
+    assert torch.equal(x, resized.float() / 127.5 - 1)
+
+
+def test_inception_crop_is_torchvisions_resized_crop_of_its_box():
+    images = torch.randint(0, 256, (3, 3, 90, 70), dtype=torch.uint8)  # larger than 64 px: scale (0.08, 1)
+    indices = torch.tensor([4, 9, 1])
+    transform = TrainTransform(32, crop="inception", flip=False, seed=5)
+    x = transform.augment(images, indices, 2)
+    u = uniforms(sample_keys(indices, 5, 2), NUM_STREAMS)
+    for image, row, crop in zip(images, u.tolist(), x, strict=True):
+        top, left, h, w = inception_box(row, 90, 70, (0.08, 1.0), (3 / 4, 4 / 3))
+        expected = TF.resized_crop(image, top, left, h, w, [32, 32], antialias=True)
+        assert torch.equal(crop, expected.float() / 127.5 - 1)
+    assert len({inception_box(row, 90, 70, (0.08, 1.0), (3 / 4, 4 / 3)) for row in u.tolist()}) == 3
+
+
+def test_images_of_several_sizes_are_augmented_as_each_alone():
+    transform = TrainTransform(24, crop="inception", seed=1)
+    images = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in ((40, 30), (24, 24), (70, 90))]
+    indices = torch.tensor([7, 3, 11])
+    together = transform.augment(images, indices, 0)
+    alone = torch.cat(
+        [transform.augment(image[None], indices[i : i + 1], 0) for i, image in enumerate(images)]
+    )
+    assert together.shape == (3, 3, 24, 24) and torch.equal(together, alone)
 
 
 def test_inception_boxes_follow_random_resized_crop_rules():
-    u = uniforms(torch.arange(2000, dtype=torch.int64), 23)
-    boxes = inception_boxes(u.clone(), 224, 160, (0.08, 1.0), (3 / 4, 4 / 3))
-    w, h = boxes[:, 2] - boxes[:, 0], boxes[:, 3] - boxes[:, 1]
-    assert (boxes[:, :2] >= 0).all() and (boxes[:, 2] <= 160).all() and (boxes[:, 3] <= 224).all()
+    u = uniforms(torch.arange(2000, dtype=torch.int64), NUM_STREAMS).tolist()
+    boxes = torch.tensor([inception_box(row, 224, 160, (0.08, 1.0), (3 / 4, 4 / 3)) for row in u])
+    top, left, h, w = boxes.unbind(1)
+    assert (top >= 0).all() and (left >= 0).all() and (left + w <= 160).all() and (top + h <= 224).all()
     assert (w * h >= 0.08 * 224 * 160 * 0.95).all()
-    log_ratio = torch.log(w / h)
-    assert (log_ratio.abs() <= math.log(4 / 3) + 0.05).all()
-    assert (boxes == boxes.round()).all()  # integer pixel boxes, as torchvision's
+    assert (torch.log(w / h).abs() <= math.log(4 / 3) + 0.05).all()
     # A ratio no attempt can meet falls back to torchvision's centred crop clamped to the range.
-    top, left, height, width = RandomResizedCrop.get_params(torch.zeros(1, 30, 30), [0.5, 1.0], [10.0, 20.0])
-    fallback = inception_boxes(u[:4], 30, 30, (0.5, 1.0), (10.0, 20.0))
-    assert fallback.tolist() == [[left, top, left + width, top + height]] * 4
+    fallback = RandomResizedCrop.get_params(torch.zeros(1, 30, 30), [0.5, 1.0], [10.0, 20.0])
+    assert all(inception_box(row, 30, 30, (0.5, 1.0), (10.0, 20.0)) == tuple(fallback) for row in u[:4])
 
 
 def test_resize_crop_is_a_window_of_the_8_7_resize(batch):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from tiny_run import TINY as ENGINE_TINY
 from tiny_run import embedded_data, restore_threads  # noqa: F401  (fixtures)
 

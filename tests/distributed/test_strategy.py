@@ -3,6 +3,7 @@
 import pytest
 
 from vitkit import collectives
+from vitkit.models import create_model
 from vitkit.train import distributed
 from vitkit.train.recipe import RunConfig, apply_overrides
 
@@ -50,3 +51,28 @@ def test_more_cuda_processes_than_gpus_is_a_one_line_error(monkeypatch, tmp_path
     monkeypatch.setenv("LOCAL_RANK", "1")
     with pytest.raises(ValueError, match="2 processes on CUDA need one GPU each, but 1 visible"):
         distributed.local_device(torch.device("cuda"))
+
+
+def test_fsdp_shards_on_the_run_device_even_where_a_gpu_is_the_accelerator(monkeypatch):
+    """FSDP's default mesh is on the machine's accelerator: a train.device=cpu run on a GPU machine must stay on CPU."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+
+    monkeypatch.setattr(torch._C, "_get_accelerator", lambda: torch.device("cuda"))  # as on a GPU machine
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        model = create_model(
+            "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=2, num_heads=2, mlp_dim=32
+        )
+        distributed.shard_model(model, torch.device("cpu"))
+        weight = next(model.parameters())
+        assert (
+            isinstance(weight, DTensor)
+            and weight.device_mesh.device_type == "cpu"
+            and weight.device.type == "cpu"
+        )
+        model(torch.randn(2, 3, 16, 16)).sum().backward()
+    finally:
+        dist.destroy_process_group()

@@ -6,10 +6,11 @@ import time
 import pytest
 import torch
 
-from vitkit import precision
+from vitkit import cli, precision
+from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
-from vitkit.bench import table
 from vitkit.bench.table import environment
+from vitkit.bench.training import Workload
 from vitkit.models import create_model
 from vitkit.precision import Precision, choose_precision, inference_precision
 
@@ -162,3 +163,43 @@ def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):
     assert bench_dtypes("both") == {"fp32": None, "bf16": torch.bfloat16} and bench_dtypes("fp32") == {
         "fp32": None
     }
+
+
+def test_bench_precision_times_both_and_says_what_auto_picks(monkeypatch):
+    monkeypatch.setenv("VITKIT_EMBEDDED", "1")
+    fake_cpu(monkeypatch, ZEN3_LIKE)
+    torch.set_num_threads(1)  # restored by tiny_run.restore_threads
+    rows = train_precision.training_precision(batch_size=8, rounds=1, steps=1, gemm_size=32, clock="cpu")
+    names = [row["precision"] for row in rows]
+    assert names[:4] == ["fp32", "bf16", "GEMM 32^3 fp32 (ceiling)", "GEMM 32^3 bf16 (ceiling)"]
+    assert rows[0]["vs fp32"] == 1.0 and rows[1]["images/s"] > 0 and rows[1]["vs fp32"] > 0
+    assert names[4].startswith("auto picks fp32 on cpu: this CPU has no native bf16 matrix units")
+    assert all(row["model"].startswith("ViT-Mini/4 0.31M at 28") and row["batch"] == 8 for row in rows)
+
+
+def test_bench_workload_takes_another_model_at_its_own_size(monkeypatch):
+    monkeypatch.setenv("VITKIT_EMBEDDED", "1")
+    workload = Workload.load(batch_size=4, model="ViT-S/16")
+    assert workload.config.model.name == "ViT-S/16" and workload.model.config.img_size == (224, 224)
+    x, _ = workload.transform()(workload.dataset.images[:4], workload.dataset.labels[:4], torch.arange(4), 0)
+    assert x.shape == (4, 3, 224, 224)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--out", "o"],
+        ["finetune", "--weights", "w", "--out", "o"],
+        ["eval", "--weights", "w"],
+        ["predict", "x.png", "--weights", "w"],
+        ["fewshot", "--weights", "w"],
+        ["inspect", "--weights", "w", "--images", "x.png", "--out", "o"],
+        ["demo"],
+        *(["bench", name] for name in ("inference", "batch", "memory", "resolution")),
+    ],
+)
+def test_every_entry_point_takes_a_precision(argv):
+    """(`vitkit bench precision` times both and says what auto picks.)"""
+    choice = "bf16"
+    args = cli.build_parser().parse_args([*argv, "--precision", choice])
+    assert args.precision == choice

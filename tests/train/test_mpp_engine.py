@@ -12,14 +12,14 @@ from test_resume import STATEFUL, assert_bitwise_equal
 
 import vitkit
 from vitkit import cli
-from vitkit.train.recipe import RunConfig, apply_overrides, finetune_defaults
 from vitkit.data import balanced_subset, load_dataset
 from vitkit.models import ResNetConfig, build_model, config_from_dict
 from vitkit.models.vit import VisionTransformer
+from vitkit.storage import load_state_dict, read_config
 from vitkit.train import engine
 from vitkit.train.optim import parameter_groups
+from vitkit.train.recipe import RunConfig, apply_overrides, finetune_defaults
 from vitkit.train.report import read_metrics
-from vitkit.storage import load_state_dict, read_config
 
 STEPS = 60
 MPP = ["train.objective=mpp", "train.fewshot_every=20", "train.fewshot_num_test=300", "model.patch_size=4"]

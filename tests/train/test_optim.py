@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from vitkit import create_model
-from vitkit.train.recipe import OptimSection
 from vitkit.train.averaging import ema_model
 from vitkit.train.objectives import classification_loss
 from vitkit.train.optim import build_optimizer, learning_rate
+from vitkit.train.recipe import OptimSection
 
 
 def tiny_vit():
@@ -41,7 +41,7 @@ def test_linear_warmup_then_decay_to_zero(schedule):
     optim = OptimSection(lr=1.0, warmup_steps=10, schedule=schedule)
     rates = [learning_rate(step, 110, optim) for step in range(110)]
     assert rates[:10] == pytest.approx([(i + 1) / 10 for i in range(10)])
-    assert rates[10] == 1.0 and all(a >= b for a, b in zip(rates[10:], rates[11:])) and rates[-1] < 0.03
+    assert rates[10] == 1.0 and all(a >= b for a, b in zip(rates[10:], rates[11:], strict=False)) and rates[-1] < 0.03
     middle = 0.5 if schedule == "linear" else 0.5 * (1 + math.cos(math.pi * 0.5))
     assert rates[60] == pytest.approx(middle)
 

@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from vitkit.train.recipe import RunConfig, apply_overrides, finetune_defaults, from_dict, load_config, parse_value
+from vitkit.train.recipe import (
+    RunConfig,
+    apply_overrides,
+    finetune_defaults,
+    from_dict,
+    load_config,
+    parse_value,
+)
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 

@@ -10,8 +10,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from tiny_run import TINY
 
+from tiny_run import TINY
 from vitkit import cli
 from vitkit.train.checkpoint import CHECKPOINT_DIR
 from vitkit.train.recipe import RECIPE_NAME
@@ -109,6 +109,9 @@ def test_the_resume_mismatch_names_only_the_differing_fields(
         ("train.label_smoothing=1", "train.label_smoothing must be in [0, 1), got 1.0"),
         ("data.crop=zoom", "data.crop must be one of"),
         ("data.dataset=/no/such/folder", "/no/such/folder: no such ImageFolder directory"),
+        ("data.source=wds:/no/such/shards", "/no/such/shards: no such directory"),
+        ("data.source=hf:/no/such/dataset", "/no/such/dataset: no such directory"),
+        ("data.source=folder:/", "ImageFolder train needs the directories /train"),
     ],
 )
 def test_a_rejected_recipe_leaves_no_run_directory(
@@ -130,3 +133,21 @@ def test_a_model_that_fails_to_build_leaves_no_run_directory(
     assert "model.num_classes is 3 but the dataset has 10 classes" in capsys.readouterr().err
     assert not out.exists()
     assert not (tmp_path / RECIPE_NAME).exists()
+
+
+def test_resuming_a_read_only_run_is_one_line(finished_run: Path, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    directories = [run, *(p for p in run.rglob("*") if p.is_dir())]
+    for directory in directories:
+        directory.chmod(0o555)
+    try:
+        if os.access(run, os.W_OK):
+            pytest.skip("file modes do not stop this process (root)")
+        assert cli.main(["train", "--out", str(run), "--resume"]) == 1
+    finally:
+        for directory in directories:
+            directory.chmod(0o755)
+    error = capsys.readouterr().err
+    lines = [line for line in error.splitlines() if line.startswith("vitkit train")]
+    assert lines == [lines[-1]] and "permission denied" in lines[0] and str(run) in lines[0], error

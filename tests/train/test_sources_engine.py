@@ -8,9 +8,9 @@ import json
 import shutil
 
 import pytest
-from image_collections import in_memory, write_folder, write_packed
 from test_resume import assert_bitwise_equal
 
+from image_collections import in_memory, write_folder, write_packed
 from vitkit import cli
 from vitkit.data import FolderSource
 from vitkit.train import engine

@@ -13,7 +13,7 @@ from vitkit.train.report import read_metrics
 
 def rows(dataset):
     """Every (image, label) of a dataset as bytes, to compare datasets as sets."""
-    pairs = zip(dataset.images, dataset.labels.tolist())
+    pairs = zip(dataset.images, dataset.labels.tolist(), strict=True)
     return {bytes(image.numpy()) + bytes([label]) for image, label in pairs}
 
 

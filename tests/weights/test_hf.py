@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import vitkit
-from vitkit.weights.hf import _V4_NAMES
 from vitkit.storage import save_state_dict
+from vitkit.weights.hf import _V4_NAMES
 
 from .conftest import DATA, max_abs, randomize
 

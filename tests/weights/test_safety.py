@@ -13,8 +13,8 @@ import torch
 
 import vitkit
 from vitkit.cli import main
-from vitkit.weights.official import read_npz
 from vitkit.storage import load_state_dict, save_state_dict
+from vitkit.weights.official import read_npz
 
 from .conftest import DATA
 

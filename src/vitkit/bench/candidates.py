@@ -4,27 +4,32 @@ timing candidate, and its FLOPs."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
 
 import vitkit
 from vitkit.flops import count_flops
+from vitkit.models.registry import Model
 from vitkit.precision import autocast
 
 
-def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000, seed: int = 0) -> nn.Module:
+def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000, seed: int = 0) -> Model:
     """A registered model in eval mode, its head random: the zero-initialised head would make every peer agree
     trivially, random logits make the same-outputs check mean something."""
     torch.manual_seed(seed)
-    overrides = {"num_classes": num_classes, **({"img_size": img_size} if img_size is not None else {})}
+    overrides: dict[str, Any] = {"num_classes": num_classes, **({"img_size": img_size} if img_size is not None else {})}
     model = vitkit.create_model(name, **overrides)
-    if isinstance(getattr(model, "head", None), nn.Linear):
-        nn.init.normal_(model.head.weight, std=0.02)
+    head = getattr(model, "head", None)
+    if isinstance(head, nn.Linear):
+        nn.init.normal_(head.weight, std=0.02)
     return model.eval()
 
 
-def forward_call(model: nn.Module, x: torch.Tensor, dtype: torch.dtype | None = None) -> Callable[[], object]:
+def forward_call(
+    model: Callable[[torch.Tensor], object], x: torch.Tensor, dtype: torch.dtype | None = None
+) -> Callable[[], object]:
     """One inference-mode forward of `x` (under autocast to `dtype`, if given), as a candidate for
     `timing.alternate`; on CUDA it waits for the GPU to finish."""
 

@@ -18,6 +18,7 @@ time, when the pipeline runs in the training process (0 workers).
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import statistics
 import time
@@ -151,7 +152,7 @@ def data_vs_training(
         for name, make in (("vitkit", vitkit_loader), ("torchvision", torchvision_loader)):
             key = f"{name} pipeline, {w} workers"
             factory = make(root, img_size, batch_size, w)
-            timed[key] = lambda f=factory, s=max(w, 1): time_batches(f, s, batches)
+            timed[key] = functools.partial(time_batches, factory, max(w, 1), batches)
             results[key] = Result(key, images=batches * batch_size)
     for model_name in models:
         key = f"train {model_name} at {img_size} (batch {train_batch_size})"

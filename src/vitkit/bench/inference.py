@@ -4,11 +4,20 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
-from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, auto_row, bench_dtypes, comma_names
+from vitkit.bench.options import (
+    add_bench_device,
+    add_bench_precision,
+    add_clock,
+    auto_row,
+    bench_dtypes,
+    comma_names,
+)
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 
@@ -60,9 +69,9 @@ def inference_vs_peers(
     in the same rounds; 'both' times every implementation in both. A last row says what `auto` picks here, and why.
     """
     model = bench_model(model_name, img_size).to(device)
-    x = torch.randn(batch_size, model.config.in_chans, *model.config.img_size, device=device)
+    x = torch.randn(batch_size, *model.config.input_size, device=device)
     flops = forward_flops(model, x)
-    modules = {"vitkit": model}
+    modules: dict[str, nn.Module] = {"vitkit": model}
     for peer in peers:
         modules[peer] = build_peer(peer, model).to(device)
         diff = check_same_outputs(model, modules[peer], x[:2])
@@ -76,7 +85,7 @@ def inference_vs_peers(
         candidates[f"gemm {p}"], gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32, device=device)
     results = alternate(candidates, rounds=rounds, warmup=warmup + (2 if compile else 0), iters=iters,
                         on_round=round_logger(log, rounds), clock=clock)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in candidates:
         if name.startswith("gemm"):
             continue

@@ -10,9 +10,10 @@ from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.memory import MemoryFit, fit_memory, peak_allocated_bytes, resident_bytes
-from vitkit.bench.options import add_clock, comma_ints, comma_names
+from vitkit.bench.options import add_clock, add_gemm_size, comma_ints, comma_names
 from vitkit.bench.plots import plot_resolution
 from vitkit.bench.timing import alternate, gemm_candidate, mfu
+from vitkit.precision import autocast
 
 NAME = "resolution"
 HELP = "Appendix D.5: images/s and the largest inference / training batch in a memory budget, per resolution"
@@ -22,28 +23,54 @@ MIB = 2**20
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--models", type=comma_names, default=["ViT-S/16", "ViT-B/16", "R50+ViT-B/16"],
-                        help="comma-separated registered models")
+    parser.add_argument(
+        "--models",
+        type=comma_names,
+        default=["ViT-S/16", "ViT-B/16", "R50+ViT-B/16"],
+        help="comma-separated registered models",
+    )
     parser.add_argument("--sizes", type=comma_ints, default=[160, 224, 288, 384], help="input sizes")
     parser.add_argument("--batch-size", type=int, default=4, help="default 4")
     parser.add_argument("--budget-gib", type=float, default=16.0, help="memory budget for the largest batch")
     parser.add_argument("--no-memory", action="store_true", help="skip the largest-batch measurement")
     parser.add_argument("--plot", default=None, help="write the D.5 figure (PNG) here")
+    parser.add_argument(
+        "--precision", choices=("fp32", "bf16"), default="fp32", help="float32 or bf16 autocast"
+    )
+    add_gemm_size(parser)
     add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    rows = resolution_sweep(args.models, args.sizes, args.batch_size, args.rounds, args.budget_gib,
-                            not args.no_memory, log, args.clock)
+    rows = resolution_sweep(
+        args.models,
+        args.sizes,
+        args.batch_size,
+        args.rounds,
+        args.budget_gib,
+        not args.no_memory,
+        log,
+        args.clock,
+        args.precision,
+        args.gemm_size,
+    )
     if args.plot:
-        title = (f"inference batch {args.batch_size}, {torch.get_num_threads()} torch thread(s), {args.clock} clock, "
-                 f"fp32; memory budget {args.budget_gib:g} GiB")
+        title = (
+            f"inference batch {args.batch_size}, {torch.get_num_threads()} torch thread(s), {args.clock} clock, "
+            f"{args.precision}; memory budget {args.budget_gib:g} GiB"
+        )
         print(f"<!-- figure: {plot_resolution(rows, args.plot, title)} -->")
     return rows
 
 
-def memory_fit(model: nn.Module, shape: tuple[int, ...], train: bool, batches: tuple[int, int] = (1, 2)) -> MemoryFit:
-    """Affine peak-memory model: resident + fixed + per_image * batch.
+def memory_fit(
+    model: nn.Module,
+    shape: tuple[int, ...],
+    train: bool,
+    batches: tuple[int, int] = (1, 2),
+    dtype: torch.dtype | None = None,
+) -> MemoryFit:
+    """Affine peak-memory model: resident + fixed + per_image * batch, forward passes under autocast to `dtype`.
 
     Inference (`train=False`): the peak of one no-grad forward at two batch sizes, plus parameters and buffers.
     Training (`train=True`): at the small batches that are cheap to run, the peak of a full step is set by the
@@ -58,13 +85,19 @@ def memory_fit(model: nn.Module, shape: tuple[int, ...], train: bool, batches: t
     try:
         if not train:
             model.eval()
-            return fit_memory(lambda b: peak_allocated_bytes(forward_call(model, torch.randn(b, *shape))),
-                              resident_bytes(model), batches)
+            return fit_memory(
+                lambda b: peak_allocated_bytes(forward_call(model, torch.randn(b, *shape), dtype)),
+                resident_bytes(model),
+                batches,
+            )
         model.train()
 
         def measure(b: int) -> int:
             x = torch.randn(b, *shape)
-            return peak_allocated_bytes(lambda: model(x))  # the graph (saved activations) dies with the output
+            with autocast(x.device, dtype):
+                return peak_allocated_bytes(
+                    lambda: model(x)
+                )  # the graph (saved activations) dies with the output
 
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         fit = fit_memory(measure, resident_bytes(model) + 2 * params, batches)
@@ -83,9 +116,13 @@ def resolution_sweep(
     memory: bool = True,
     log: Callable[[str], None] | None = None,
     clock: str = "wall",
+    precision: str = "fp32",
+    gemm_size: int = 2048,
 ) -> list[dict]:
     """Appendix D.5 in miniature: inference images/s against resolution (all sizes of one model alternated, with the
-    GEMM ceiling), and the largest inference and training batch that fits `budget_gib` (16 GiB: a TPUv3 core)."""
+    GEMM ceiling), and the largest inference and training batch that fits `budget_gib` (16 GiB: a TPUv3 core);
+    `precision` 'bf16' runs the models under bf16 autocast, against the bf16 GEMM."""
+    dtype = torch.bfloat16 if precision == "bf16" else None
     rows = []
     for name in model_names:
         models, candidates = {}, {}
@@ -93,25 +130,36 @@ def resolution_sweep(
             model = bench_model(name, img_size=size)
             x = torch.randn(batch_size, model.config.in_chans, size, size)
             models[size] = (model, x, forward_flops(model, x))
-            candidates[size] = forward_call(model, x)
-        gemm, gemm_flops = gemm_candidate()
+            candidates[str(size)] = forward_call(model, x, dtype)
+        gemm, gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32)
         candidates["gemm"] = gemm
         results = alternate(candidates, rounds=rounds, warmup=1, clock=clock)
         results["gemm"].flops = gemm_flops
         for size, (model, x, flops) in models.items():
-            r = results[size]
+            r = results[str(size)]
             r.images, r.flops = batch_size, flops
-            row = {"model": name, "resolution": size, "images/s": r.images_per_s, "GFLOPs/image": flops / batch_size / 1e9,
-                   "MFU": mfu(results, size), "spread": r.spread}
+            row = {
+                "model": name,
+                "precision": precision,
+                "resolution": size,
+                "images/s": r.images_per_s,
+                "GFLOPs/image": flops / batch_size / 1e9,
+                "MFU": mfu(results, str(size)),
+                "spread": r.spread,
+            }
             if memory:
                 shape = tuple(x.shape[1:])
-                infer = memory_fit(model, shape, train=False)
-                train = memory_fit(model, shape, train=True)
+                infer = memory_fit(model, shape, train=False, dtype=dtype)
+                train = memory_fit(model, shape, train=True, dtype=dtype)
                 budget = budget_gib * GIB
-                row.update({"MiB/image (inference)": infer.per_image / MIB,
-                            "largest batch (inference)": infer.largest_batch(budget),
-                            "MiB/image (training)": train.per_image / MIB,
-                            "largest batch (training)": train.largest_batch(budget)})
+                row.update(
+                    {
+                        "MiB/image (inference)": infer.per_image / MIB,
+                        "largest batch (inference)": infer.largest_batch(budget),
+                        "MiB/image (training)": train.per_image / MIB,
+                        "largest batch (training)": train.largest_batch(budget),
+                    }
+                )
             rows.append(row)
             if log:
                 log(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))

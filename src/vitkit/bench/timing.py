@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -73,7 +73,7 @@ def time_call(fn: Callable[[], object], iters: int = 1, clock: str = "wall") -> 
 
 
 def alternate(
-    candidates: dict[str, Callable[[], object]],
+    candidates: Mapping[str, Callable[[], object]],
     rounds: int = 5,
     warmup: int = 1,
     iters: int = 1,

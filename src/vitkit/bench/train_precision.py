@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from vitkit.bench.candidates import synchronize
-from vitkit.bench.options import add_bench_device, auto_label
+from vitkit.bench.options import add_bench_device, add_clock, auto_label
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
@@ -39,11 +39,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's train.batch_size")
     parser.add_argument("--steps", type=int, default=3, help="steps per round per precision (default 3)")
     add_bench_device(parser)
+    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
     return training_precision(
-        args.model, args.batch_size, args.config, args.rounds, args.steps, args.device, log, args.gemm_size
+        args.model,
+        args.batch_size,
+        args.config,
+        args.rounds,
+        args.steps,
+        args.device,
+        log,
+        args.gemm_size,
+        args.clock,
     )
 
 
@@ -56,17 +65,18 @@ def training_precision(
     device: str = "cpu",
     log: Callable[[str], None] | None = None,
     gemm_size: int = 2048,
+    clock: str = "wall",
 ) -> list[dict]:
     """Images/s of the engine's step in fp32 and in bf16, their paired ratio, MFU against the GEMM ceiling of the
     same precision, and a last row with what `auto` picks (its own short measurement where it measures)."""
-    workload = Workload.load(model_name, batch_size, recipe)
+    workload = Workload.load(batch_size, recipe, model=model_name)
     config, target = workload.config, torch.device(device)
     config.train.device = device
     dataset = on_device(workload.dataset, target)
     model = workload.model.to(target)
     b = config.train.batch_size
     flops = 3.0 * count_flops(
-        model, (model.config.in_chans, *model.config.img_size), batch_size=b
+        model, model.config.input_size, batch_size=b
     )  # fwd + bwd
     candidates: dict[str, Callable[[], object]] = {}
     for name, dtype in DTYPES.items():
@@ -75,7 +85,9 @@ def training_precision(
         candidates[f"gemm {name}"], gemm_flops = gemm_candidate(
             gemm_size, dtype=dtype or torch.float32, device=target
         )
-    results = alternate(candidates, rounds=rounds, warmup=1, on_round=round_logger(log, rounds, 2))
+    results = alternate(
+        candidates, rounds=rounds, warmup=1, on_round=round_logger(log, rounds, 2), clock=clock
+    )
     rows = []
     for name in DTYPES:
         r, g = results[name], results[f"gemm {name}"]

@@ -27,6 +27,7 @@ import copy
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +43,7 @@ from vitkit.flops import count_flops, count_parameters
 from vitkit.train.allocator import keep_freed_memory
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
-from vitkit.train.recipe import RunConfig, load_config
+from vitkit.train.recipe import ModelSection, RunConfig, load_config
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"
@@ -73,9 +74,11 @@ class Workload:
     model: nn.Module
 
     @classmethod
-    def load(cls, batch_size: int | None = None, recipe: str | None = None) -> Workload:
-        """The default recipe, or the TOML file `recipe`, its batch size optionally replaced."""
+    def load(cls, batch_size: int | None = None, recipe: str | None = None, *, model: str | None = None) -> Workload:
+        """The default recipe, or the TOML file `recipe`, its batch size (and registry model) optionally replaced."""
         config = load_config(recipe, RunConfig()) if recipe else RunConfig()
+        if model:
+            config.model = ModelSection(name=model, overrides={})  # the registered variant as it is
         if batch_size:
             config.train.batch_size = batch_size
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
@@ -220,13 +223,13 @@ def training_vs_timm(
     workload = Workload.load(*setup)
     config, model = workload.config, workload.model
     b = config.train.batch_size
-    flops = 3.0 * count_flops(model, (model.config.in_chans, *model.config.img_size), batch_size=b)
+    flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)
     threads = torch.get_num_threads()
     peers = {
         data + (", freed memory kept" if keep else ""): (data, keep)
         for data in ("same data", "DataLoader") for keep in (False, True)
     }
-    builds = {
+    builds: dict[str, tuple[int, int, tuple[Any, ...]]] = {
         f"timm, plain loop ({peer})": (1, threads, (timm_in_worker, setup, data, keep))
         for peer, (data, keep) in peers.items()
     }

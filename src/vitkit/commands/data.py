@@ -20,6 +20,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     packer.add_argument("--out", required=True, help="new or empty directory to write")
     packer.add_argument("--format", choices=FORMATS, default="wds", help="wds: tar shards (default); hf: datasets")
     packer.add_argument("--shard-images", type=int, default=1000, help="images per shard (wds; default 1000)")
+    packer.add_argument("--seed", type=int, default=0, help="key of the shuffled order shards are written in")
+    packer.add_argument("--keep-order", action="store_true",
+                        help="write shards in the source's order (a stream reads shards front to back, so class-sorted "
+                        "shards give batches of one class)")
     packer.add_argument("--data-dir", help="where a named dataset lives")
     info = sub.add_parser("info", help="images, classes, sizes and reader of SRC; --check decodes every image")
     info.add_argument("src", help="data source: dataset name, folder:PATH (or PATH), hf:PATH, wds:DIR")
@@ -31,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     sources = {split: open_source(args.src, split, args.data_dir) for split in SPLITS}
     if args.action == "pack":
         start = time.perf_counter()
-        for packed in pack(sources, Path(args.out), args.format, args.shard_images):
+        seed = None if args.keep_order else args.seed
+        for packed in pack(sources, Path(args.out), args.format, args.shard_images, seed):
             size = packed.bytes / 2**20
             print(f"{packed.split}: {packed.images} images in {len(packed.files)} file(s), {size:.1f} MiB")
         prefix = "wds" if args.format == "wds" else "hf"

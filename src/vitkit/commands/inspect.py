@@ -15,6 +15,8 @@ from vitkit.inspect.figures import write_figures
 from vitkit.inspect.images import preprocess, read_images
 from vitkit.inspect.probe import inspect_model, summary_json
 from vitkit.inspect.report import write_report
+from vitkit.models.config import to_pair
+from vitkit.models.vit import VisionTransformer
 from vitkit.precision import add_precision_argument, inference_precision
 from vitkit.weights import load_weights
 
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value < (0 if name == "rollout_images" else 1):
             raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
     model = load_weights(args.weights, allow_non_finite=args.allow_non_finite)
-    if not hasattr(model, "forward_attention"):
+    if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"{args.weights}: a {type(model).__name__} has no attention to inspect; inspect needs a ViT"
         )
@@ -82,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"vitkit inspect: skipping {s['path']}: {s['reason']}", file=sys.stderr)
     if not decoded:
         raise ValueError("no readable image among --images " + " ".join(args.images))
-    images = preprocess(decoded, cfg.img_size, cfg.in_chans)
+    images = preprocess(decoded, to_pair(cfg.img_size), cfg.in_chans)
 
     precision = inference_precision(args.precision, model, args.batch_size or 16)
     print(f"device {precision.device}, precision {precision}")
@@ -107,10 +109,9 @@ def run(args: argparse.Namespace) -> int:
         rollout_images=names[: args.rollout_images],
         figures={k: p.name for k, p in figures.items()},
     )
+    summary.update(precision.record())
     (out / "inspect.json").write_text(json.dumps(summary, indent=2) + "\n")
-    report = write_report(
-        out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}"
-    )
+    report = write_report(out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}")
     per_layer = summary["mean_attention_distance_per_layer"]
     print(
         f"{len(names)} image(s), {len(skipped)} skipped; mean attention distance per layer (pixels): "

@@ -91,7 +91,8 @@ def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any])
 def check_resume(out: Path, args: argparse.Namespace, base: Any, fixed: dict[str, Any]) -> Any:
     """The saved recipe of the run. What the command line gives (a --config, flags, overrides) must agree with
     it, so a resume stays exact, except in the keys that decide how data is read, not what is computed
-    (RESUME_MAY_CHANGE: data.workers, data.prefetch); the error names each differing field with both values."""
+    (RESUME_MAY_CHANGE: data.workers, data.prefetch, data.on_corrupt); the error names each differing field with
+    both values."""
     saved_path = out / RECIPE_NAME
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")

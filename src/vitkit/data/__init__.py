@@ -1,12 +1,12 @@
 """Data for training and evaluation: sources (in memory or read per sample), step-keyed batch order, transforms,
 and the pipeline that turns them into batches."""
 
-from .folder import FolderSource
+from .batch import Batch
 from .decode import ImageDecodeError, decode_image
+from .folder import FolderSource
+from .hf import HFSource
 from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
-from .batch import Batch
-from .hf import HFSource
 from .pipeline import Source, TrainBatches, eval_batches, gather_images
 from .shards import ShardSource
 from .sources import ImageDataset, load_dataset

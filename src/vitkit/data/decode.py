@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's warning threshold: a 3-channel 8-bit image of 256 MiB (~9,459^2)
 MAX_PIXELS_ENV = "VITKIT_MAX_IMAGE_PIXELS"
 CHANNELS = (1, 3)
@@ -80,7 +79,7 @@ def _open(source: ImageSource, name: str, limit: int) -> Image.Image:
             image = Image.open(stream, formats=_raster_formats())
     except Image.DecompressionBombError:
         raise ImageDecodeError(
-            f"{name}: more than {2 * Image.MAX_IMAGE_PIXELS:,} pixels, above the limit of {limit:,} "
+            f"{name}: more than {2 * (Image.MAX_IMAGE_PIXELS or limit):,} pixels, above the limit of {limit:,} "
             f"(expected at most {limit:,} pixels; raise it with {MAX_PIXELS_ENV})"
         ) from None
     except FileNotFoundError:
@@ -140,12 +139,14 @@ def _has_transparency(image: Image.Image) -> bool:
 def _pixels(image: Image.Image, name: str, channels: int) -> np.ndarray:
     """Decoded pixels [H, W, channels] uint8 by the module's rule."""
     image.load()
-    image = ImageOps.exif_transpose(image)
+    ImageOps.exif_transpose(image, in_place=True)  # in place: no copy of an image that is upright already
     image = _eight_bit(image, name)
     if _has_transparency(image):
         rgba = image.convert("RGBA")
         image = Image.alpha_composite(Image.new("RGBA", rgba.size, (255, 255, 255, 255)), rgba)
-    image = image.convert("RGB" if channels == 3 else "L")
+    mode = "RGB" if channels == 3 else "L"
+    if image.mode != mode:
+        image = image.convert(mode)
     return np.array(image, dtype=np.uint8).reshape(image.height, image.width, channels)
 
 
@@ -170,7 +171,7 @@ def decode_image(
                 f"{label}: cannot decode {image.format or 'image'} {image.mode} data "
                 f"({type(error).__name__}: {_one_line(error)}; expected a complete image)"
             ) from None
-    return torch.from_numpy(pixels).permute(2, 0, 1).contiguous()
+    return torch.from_numpy(pixels).permute(2, 0, 1)  # channels last in memory, as decoded: no copy
 
 
 def image_extensions() -> set[str]:

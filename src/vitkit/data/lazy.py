@@ -15,7 +15,6 @@ import torch
 
 from .decode import ImageDecodeError, decode_image
 
-
 ON_CORRUPT = ("stop", "skip")
 
 

@@ -24,19 +24,24 @@ from tqdm import tqdm
 
 from .decode import ImageDecodeError, decode_image, image_size
 from .lazy import LazySource
-from .shards import INFO_NAME, LABEL_EXTENSION, ShardSource
+from .shards import INFO_NAME, LABEL_EXTENSION, UNKNOWN_IMAGE_EXTENSION, ShardSource
 from .sources import ImageDataset
+from .transforms import sample_keys
 
 FORMATS = ("wds", "hf")
-SIGNATURES = ((b"\x89PNG", "png"), (b"\xff\xd8", "jpg"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"))
+SIGNATURES = (
+    (b"\x89PNG", "png"), (b"\xff\xd8", "jpg"), (b"RIFF", "webp"), (b"BM", "bmp"), (b"GIF8", "gif"),
+    (b"II*\x00", "tif"), (b"MM\x00*", "tif"), (b"P5", "pgm"), (b"P6", "ppm"),
+)  # fmt: skip
+_SHUFFLE_DOMAIN = 0x7368756666  # "shuff": shard order keys are not augmentation or batch-order keys
 SIZE_SAMPLE = 200  # images whose header `data info` reads for the size summary (all with --check)
 
 Source = ImageDataset | LazySource | ShardSource
 
 
 def extension(data: bytes) -> str:
-    """The file extension of encoded image bytes, from their signature ('img' if unknown)."""
-    return next((ext for signature, ext in SIGNATURES if data.startswith(signature)), "img")
+    """The file extension of encoded image bytes, from their signature (UNKNOWN_IMAGE_EXTENSION if unknown)."""
+    return next((ext for signature, ext in SIGNATURES if data.startswith(signature)), UNKNOWN_IMAGE_EXTENSION)
 
 
 def png_bytes(image: torch.Tensor) -> bytes:
@@ -47,26 +52,34 @@ def png_bytes(image: torch.Tensor) -> bytes:
     return buffer.getvalue()
 
 
-def encoded_samples(source: Source) -> Iterator[tuple[int, str, bytes | None, int | None]]:
-    """(index, name, encoded image bytes, label) of every sample in index order, without decoding what is
-    encoded; bytes or label are None for a shard sample that lacks them."""
+def encoded_samples(
+    source: Source, order: list[int] | None = None
+) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+    """(index, name, encoded image bytes, label) of every sample in index order (or in `order`, for an indexable
+    source), without decoding what is encoded; bytes or label are None for a shard sample that lacks them."""
+    indices = range(len(source)) if order is None else order
     if isinstance(source, ImageDataset):
-        for index in range(len(source)):
+        for index in indices:
             yield index, f"{source.source} image {index}", png_bytes(source.images[index]), int(source.labels[index])
     elif isinstance(source, ShardSource):
         for shard in range(len(source.paths)):
             yield from source.samples(shard)
     else:
-        for index in range(len(source)):
+        for index in indices:
             yield index, source.name(index), source.encoded(index), int(source.labels[index])
 
 
-def complete_samples(source: Source) -> Iterator[tuple[int, bytes, int]]:
+def complete_samples(source: Source, order: list[int] | None = None) -> Iterator[tuple[int, bytes, int]]:
     """encoded_samples with every image and label present (a missing one is a one-line error)."""
-    for index, name, data, label in encoded_samples(source):
+    for index, name, data, label in encoded_samples(source, order):
         if data is None or label is None or not 0 <= label < len(source.classes):
             raise ImageDecodeError(f"{name}: image or label missing, or label {label} out of range")
         yield index, data, label
+
+
+def shuffled_order(num_samples: int, seed: int) -> list[int]:
+    """A permutation of 0..N-1 keyed by `seed` (the same on every machine): the order shards are written in."""
+    return torch.sort(sample_keys(torch.arange(num_samples), seed, _SHUFFLE_DOMAIN), stable=True).indices.tolist()
 
 
 @dataclass
@@ -83,13 +96,16 @@ class Packed:
         return sum(path.stat().st_size for path in self.files)
 
 
-def write_shards(source: Source, split: str, out: Path, shard_images: int) -> Packed:
-    """`split` as out/<split>-NNNNNN.tar of `shard_images` samples each (<key>.<ext> image + <key>.cls label)."""
+def write_shards(source: Source, split: str, out: Path, shard_images: int, seed: int | None = None) -> Packed:
+    """`split` as out/<split>-NNNNNN.tar of `shard_images` samples each (<key>.<ext> image + <key>.cls label, the
+    key the sample's index in the source), in the source's order or, with a `seed`, shuffled (shards of an
+    indexable source)."""
     packed = Packed(split, 0)
+    order = None if seed is None or isinstance(source, ShardSource) else shuffled_order(len(source), seed)
     tar, count = None, 0
     progress = tqdm(total=len(source), desc=f"pack {split}", unit="img", dynamic_ncols=True)
     try:
-        for index, data, label in complete_samples(source):
+        for index, data, label in complete_samples(source, order):
             if tar is None or count == shard_images:
                 if tar is not None:
                     tar.close()
@@ -128,7 +144,7 @@ def write_hf(sources: dict[str, Source], classes: list[str], out: Path) -> list[
                 progress.update()
                 yield {"image": {"bytes": data, "path": None}, "label": label}
 
-    for split, source in sources.items():
+    for split in sources:
         splits[split] = datasets.Dataset.from_generator(
             rows, gen_kwargs={"split": split}, features=features, cache_dir=str(scratch)
         )
@@ -140,8 +156,11 @@ def write_hf(sources: dict[str, Source], classes: list[str], out: Path) -> list[
     return packed
 
 
-def pack(sources: dict[str, Source], out: Path, fmt: str, shard_images: int = 1000) -> list[Packed]:
-    """Write every split of `sources` to `out` as `fmt` ('wds' or 'hf'); `out` must not exist or be empty."""
+def pack(
+    sources: dict[str, Source], out: Path, fmt: str, shard_images: int = 1000, seed: int | None = None
+) -> list[Packed]:
+    """Write every split of `sources` to `out` as `fmt` ('wds' or 'hf'); `out` must not exist or be empty.
+    Shards are written in a shuffled order keyed by `seed` (None: the source's order); HF datasets keep it."""
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {FORMATS}, got {fmt!r}")
     if shard_images < 1:
@@ -152,7 +171,7 @@ def pack(sources: dict[str, Source], out: Path, fmt: str, shard_images: int = 10
     out.mkdir(parents=True, exist_ok=True)
     if fmt == "hf":
         return write_hf(sources, classes, out)
-    packed = [write_shards(source, split, out, shard_images) for split, source in sources.items()]
+    packed = [write_shards(source, split, out, shard_images, seed) for split, source in sources.items()]
     info = {"classes": classes, "splits": {p.split: {"shards": p.shards} for p in packed}}
     (out / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n")
     return packed
@@ -204,7 +223,7 @@ def summarise(source: Source, split: str, check: bool) -> Summary:
                 summary.unreadable.append(str(err))
                 continue
             _measure(summary, data, source.name(index), check)
-    summary.per_class = {name: int(n) for name, n in zip(source.classes, counts)}
+    summary.per_class = {name: int(n) for name, n in zip(source.classes, counts, strict=True)}
     return summary
 
 

@@ -6,7 +6,7 @@ Training: item k of a rank's DataLoader is its whole share of step start + k, so
 the number of workers; workers only decide who computes a step, and the DataLoader hands steps back in order.
 A resumed run restarts the loader at its step and reads exactly what the uninterrupted run read.
 
-The per-sample augmentation (TrainTransform.augment) runs in the workers image by image, on images of any size;
+The per-sample augmentation (TrainTransform.augment) runs in the workers on each step's images, of any sizes;
 MixUp / CutMix (TrainTransform.mix_batch) run on the assembled micro-batch in the engine. An in-memory source
 takes the same functions on whole batches, which give the same pixels (tests/data/test_pipeline.py).
 """
@@ -22,31 +22,38 @@ from torch.utils.data import DataLoader, Dataset
 from .batch import Batch
 from .decode import ImageDecodeError
 from .lazy import LazySource
-from .shards import ShardChunks, ShardSource, ShardSteps
 from .loader import global_batch_indices, shard, steps_per_epoch
+from .shards import ShardChunks, ShardSource, ShardSteps
 from .sources import ImageDataset
 from .transforms import TrainTransform, adapt_channels, eval_transform, resize_centre_crop
 
 Source = ImageDataset | LazySource | ShardSource
 GATHER_SIDE = 256  # few-shot images of mixed sizes: shorter side to this, centre square kept
-Preprocess = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (uint8 [1, C, H, W], index [1]) -> [1, ...]
+# (n uint8 [C, H, W] images of any sizes, their indices [n]) -> float32 [n, C, h, w]
+Preprocess = Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor]
 
 
-def read_batch(source: LazySource, indices: torch.Tensor, preprocess: Preprocess, shape: tuple[int, ...]) -> Batch:
-    """Decode and preprocess the samples `indices` one by one; `shape` (C, h, w) is an output image's shape."""
+def read_batch(
+    source: LazySource, indices: torch.Tensor, preprocess: Preprocess, shape: tuple[int, ...]
+) -> Batch:
+    """Decode the samples `indices` one by one, then preprocess those read in one call; `shape` (C, h, w) is an
+    output image's shape."""
     images, kept, skipped = [], [], []
-    channels = 1 if shape[0] == 1 else 3  # decoded as the model sees them: grey files stay exact for 1 channel
+    channels = (
+        1 if shape[0] == 1 else 3
+    )  # decoded as the model sees them: grey files stay exact for 1 channel
     for position, index in enumerate(indices.tolist()):
         try:
-            image = source.read(index, channels)
+            images.append(source.read(index, channels))
         except ImageDecodeError as err:
             skipped.append(str(err))
             continue
-        images.append(adapt_channels(preprocess(image[None], indices[position : position + 1]), shape[0])[0])
         kept.append(position)
     chosen = torch.tensor(kept, dtype=torch.int64)
-    stacked = torch.stack(images) if images else torch.empty(0, *shape)
-    return Batch(stacked, source.labels[indices][chosen], indices[chosen], skipped=skipped)
+    processed = (
+        adapt_channels(preprocess(images, indices[chosen]), shape[0]) if images else torch.empty(0, *shape)
+    )
+    return Batch(processed, source.labels[indices][chosen], indices[chosen], skipped=skipped)
 
 
 def check_skipped(source: Source, batch: Batch) -> None:
@@ -81,8 +88,15 @@ class RankSteps(Dataset):
     """Item k: this rank's share of training step start + k, decoded and augmented (in a worker)."""
 
     def __init__(
-        self, source: LazySource, transform: TrainTransform, batch_size: int, seed: int, rank: int, world_size: int,
-        start: int, stop: int,
+        self,
+        source: LazySource,
+        transform: TrainTransform,
+        batch_size: int,
+        seed: int,
+        rank: int,
+        world_size: int,
+        start: int,
+        stop: int,
     ) -> None:
         self.source, self.transform = source, transform
         self.batch_size, self.seed, self.rank, self.world_size = batch_size, seed, rank, world_size
@@ -112,8 +126,15 @@ class TrainBatches:
     """
 
     def __init__(
-        self, source: Source, transform: TrainTransform, batch_size: int, seed: int, steps: int,
-        device: torch.device, rank: int = 0, world_size: int = 1,
+        self,
+        source: Source,
+        transform: TrainTransform,
+        batch_size: int,
+        seed: int,
+        steps: int,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
     ) -> None:
         self.source, self.transform, self.batch_size, self.seed = source, transform, batch_size, seed
         self.steps, self.device, self.rank, self.world_size = steps, device, rank, world_size
@@ -138,7 +159,9 @@ class TrainBatches:
         if isinstance(self.source, ImageDataset):
             indices = shard(global_batch_indices(len(self.source), self.batch_size, self.seed, step), self.rank,
                             self.world_size)  # fmt: skip
-            images = self.transform.augment(self.source.images[indices].to(self.device), indices, self.epoch(step))
+            images = self.transform.augment(
+                self.source.images[indices].to(self.device), indices, self.epoch(step)
+            )
             return Batch(images, self.source.labels[indices].to(self.device), indices, step)
         if self._stream is None or step != self._next_step:
             self.close()
@@ -169,15 +192,19 @@ class TrainBatches:
 class EvalChunks(Dataset):
     """Item k: the samples `chunks[k]` resized (centre crop) to the model's input, in [-1, 1]."""
 
-    def __init__(self, source: LazySource, chunks: list[torch.Tensor], img_size: tuple[int, int], in_chans: int):
+    def __init__(
+        self, source: LazySource, chunks: list[torch.Tensor], img_size: tuple[int, int], in_chans: int
+    ):
         self.source, self.chunks, self.img_size, self.in_chans = source, chunks, img_size, in_chans
 
     def __len__(self) -> int:
         return len(self.chunks)
 
     def __getitem__(self, k: int) -> Batch:
-        preprocess = lambda x, _: eval_transform(x, self.img_size, self.in_chans)  # noqa: E731
-        return read_batch(self.source, self.chunks[k], preprocess, (self.in_chans, *self.img_size))
+        return read_batch(self.source, self.chunks[k], self._preprocess, (self.in_chans, *self.img_size))
+
+    def _preprocess(self, images: list[torch.Tensor], _: torch.Tensor) -> torch.Tensor:
+        return torch.cat([eval_transform(image[None], self.img_size, self.in_chans) for image in images])
 
 
 def eval_batches(
@@ -199,7 +226,9 @@ def eval_batches(
         yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)
 
 
-def gather_images(source: Source, indices: np.ndarray | torch.Tensor, side: int = GATHER_SIDE) -> torch.Tensor:
+def gather_images(
+    source: Source, indices: np.ndarray | torch.Tensor, side: int = GATHER_SIDE
+) -> torch.Tensor:
     """The images `indices` as one uint8 tensor [n, C, H, W] (few-shot's small subsets, held in memory).
 
     In-memory sources are indexed. Images read per sample keep their size when all share one; otherwise each is

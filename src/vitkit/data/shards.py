@@ -35,7 +35,8 @@ from .lazy import ON_CORRUPT
 from .transforms import TrainTransform, key, sample_keys
 
 INFO_NAME = "dataset.json"
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff")
+UNKNOWN_IMAGE_EXTENSION = "img"  # the member name `vitkit data pack` gives bytes of no known image signature
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif", UNKNOWN_IMAGE_EXTENSION)
 LABEL_EXTENSION = "cls"
 SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
 _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
@@ -114,7 +115,7 @@ class ShardSource:
                         position += 1
                         image, label = None, None
                     current = sample
-                    data = tar.extractfile(member).read()
+                    data = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file: isfile() above
                     if extension.lower() in IMAGE_EXTENSIONS:
                         image = data
                     elif extension == LABEL_EXTENSION:
@@ -194,6 +195,7 @@ class ShardSteps(IterableDataset):
                 stream, stream_epoch, consumed = self.stream(epoch, slot), epoch, 0
             images, labels, indices, skipped = [], [], [], []
             try:
+                assert stream is not None  # opened at the first step
                 for _ in range(wanted - consumed):  # a resume: pass over what was trained on, without decoding
                     next(stream)
                 for _ in range(self.batch):

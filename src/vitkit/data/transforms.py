@@ -9,10 +9,10 @@ therefore keyed per batch: (seed, epoch, first index of the batch).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.ops import roi_align
 from torchvision.transforms import v2
 
 from vitkit.models.config import to_pair
@@ -31,6 +31,8 @@ INCEPTION_ATTEMPTS = 10
 TOP, LEFT, FLIP = 2 * INCEPTION_ATTEMPTS, 2 * INCEPTION_ATTEMPTS + 1, 2 * INCEPTION_ATTEMPTS + 2
 NUM_STREAMS = 2 * INCEPTION_ATTEMPTS + 3
 LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as PIL's "L" conversion
+# A batch of same-size images, or images of several sizes one by one.
+Images = torch.Tensor | Sequence[torch.Tensor]
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -131,47 +133,38 @@ def eval_transform(
     return adapt_channels(x / 127.5 - 1.0, in_chans)
 
 
-def inception_boxes(
-    u: torch.Tensor, height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float]
-) -> torch.Tensor:
-    """Crop boxes [B, 4] (x1, y1, x2, y2) as torchvision's RandomResizedCrop.get_params, batched.
+def inception_box(
+    u: Sequence[float], height: int, width: int, scale: tuple[float, float], ratio: tuple[float, float]
+) -> tuple[int, int, int, int]:
+    """The crop (top, left, h, w) of torchvision's RandomResizedCrop.get_params, drawn from one sample's uniforms.
 
-    u holds NUM_STREAMS uniforms per sample. The first of INCEPTION_ATTEMPTS (area, log-ratio) draws
-    that fits wins, placed with the TOP/LEFT draws; if none fits, the centred fallback crop.
+    u holds the sample's NUM_STREAMS uniforms. The first of INCEPTION_ATTEMPTS (area, log-ratio) draws that fits
+    wins, placed with the TOP/LEFT draws; if none fits, the centred fallback crop. Plain float64 arithmetic on
+    one sample, so a sample's box does not depend on the batch it is drawn in.
     """
-    n = INCEPTION_ATTEMPTS
     area = height * width
-    target_area = area * (scale[0] + (scale[1] - scale[0]) * u[:, :n].double())
     log_lo, log_hi = math.log(ratio[0]), math.log(ratio[1])
-    aspect = torch.exp(log_lo + (log_hi - log_lo) * u[:, n : 2 * n].double())
-    w = torch.round(torch.sqrt(target_area * aspect))
-    h = torch.round(torch.sqrt(target_area / aspect))
-    fits = (w > 0) & (w <= width) & (h > 0) & (h <= height)
-    first = fits.to(torch.uint8).argmax(1, keepdim=True)
-    w = w.gather(1, first).squeeze(1)
-    h = h.gather(1, first).squeeze(1)
-    found = fits.any(1)
-
+    for attempt in range(INCEPTION_ATTEMPTS):
+        target_area = area * (scale[0] + (scale[1] - scale[0]) * u[attempt])
+        aspect = math.exp(log_lo + (log_hi - log_lo) * u[INCEPTION_ATTEMPTS + attempt])
+        w, h = round(math.sqrt(target_area * aspect)), round(math.sqrt(target_area / aspect))
+        if 0 < w <= width and 0 < h <= height:  # randint(0, H - h + 1) from a uniform
+            return math.floor(u[TOP] * (height - h + 1)), math.floor(u[LEFT] * (width - w + 1)), h, w
     in_ratio = width / height
     if in_ratio < min(ratio):
-        fw, fh = width, round(width / min(ratio))
+        w, h = width, round(width / min(ratio))
     elif in_ratio > max(ratio):
-        fw, fh = round(height * max(ratio)), height
+        w, h = round(height * max(ratio)), height
     else:
-        fw, fh = width, height
-    w = torch.where(found, w, torch.full_like(w, fw))
-    h = torch.where(found, h, torch.full_like(h, fh))
-    # randint(0, H - h + 1) from a uniform; the fallback is centred like torchvision's.
-    top = torch.where(found, torch.floor(u[:, TOP].double() * (height - h + 1)), (height - h) // 2)
-    left = torch.where(found, torch.floor(u[:, LEFT].double() * (width - w + 1)), (width - w) // 2)
-    return torch.stack([left, top, left + w, top + h], 1).float()
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
 
 
 class TrainTransform:
     """The training augmentation, batched on tensors (any device) and keyed per sample.
 
     crop: 'inception' (random area/aspect crop resized to img_size, the paper's pre-training
-    augmentation), 'resize_crop' (resize to img_size * 8/7, random img_size crop: the paper's
+    augmentation; image by image in uint8, as torchvision's RandomResizedCrop on tensors), 'resize_crop' (resize to img_size * 8/7, random img_size crop: the paper's
     fine-tuning preprocessing), 'pad_crop' (resize to img_size, pad with black to img_size * 8/7, random
     img_size crop: translations of up to 1/14 of the side without the zoom that evaluation does not see; the
     usual augmentation of 28x28 and 32x32 images) or 'none' (resize only). `scale` is the inception area range
@@ -181,8 +174,9 @@ class TrainTransform:
     batch from torch's RNG seeded with (seed, epoch, first index of the batch): reproducible
     for the same batch composition, i.e. the same world size, unlike the per-sample draws).
 
-    `augment` is the per-sample part: one image or a batch of same-size images give the same pixels, so
-    DataLoader workers apply it image by image to files of any size and the engine to in-memory batches.
+    `augment` is the per-sample part: a sample gets the same pixels alone, in a batch of same-size images or in
+    a list of images of several sizes, so DataLoader workers apply it to the files of a step and the engine to
+    in-memory batches.
     `mix` is the batch part, applied to the assembled batch.
     """
 
@@ -229,18 +223,22 @@ class TrainTransform:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """uint8 [B, C, H, W] -> float32 [B, in_chans, h, w] in [-1, 1], labels (soft with mix)."""
         if labels.shape[0] != images.shape[0]:
-            raise ValueError(f"images and labels must share the batch size, got {images.shape[0]}, {labels.shape[0]}")
+            raise ValueError(
+                f"images and labels must share the batch size, got {images.shape[0]}, {labels.shape[0]}"
+            )
         return self.mix_batch(self.augment(images, indices, epoch), labels, indices, epoch)
 
-    def augment(self, images: torch.Tensor, indices: torch.Tensor, epoch: int) -> torch.Tensor:
-        """The per-sample part: uint8 [B, C, H, W] -> float32 [B, in_chans, h, w] in [-1, 1], keyed by
-        (seed, epoch, index) of each sample."""
-        _check_uint8(images)
-        if indices.shape[0] != images.shape[0]:
+    def augment(self, images: Images, indices: torch.Tensor, epoch: int) -> torch.Tensor:
+        """The per-sample part: uint8 [B, C, H, W] (or a list of B uint8 [C, H, W] of any sizes) -> float32
+        [B, in_chans, h, w] in [-1, 1], keyed by (seed, epoch, index) of each sample."""
+        for batch in [images] if isinstance(images, torch.Tensor) else [image[None] for image in images]:
+            _check_uint8(batch)
+        if indices.shape[0] != len(images):
             raise ValueError(
-                f"images and indices must share the batch size, got {images.shape[0]}, {indices.shape[0]}"
+                f"images and indices must share the batch size, got {len(images)}, {indices.shape[0]}"
             )
-        keys = sample_keys(indices.to(images.device), self.seed, epoch)
+        device = images.device if isinstance(images, torch.Tensor) else indices.device
+        keys = sample_keys(indices.to(device), self.seed, epoch)
         u = uniforms(keys, NUM_STREAMS)
         x = self._crop(images, u)
         if self.flip:
@@ -260,39 +258,56 @@ class TrainTransform:
             torch.manual_seed(key(self.seed, epoch, int(indices[0])) >> 1)
             return self.mix(x, labels)
 
-    def _crop(self, images: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """Float [0, 255] crops at img_size, the whole batch in one call."""
-        x = images.float()
+    def _crop(self, images: Images, u: torch.Tensor) -> torch.Tensor:
+        """Float [0, 255] crops at img_size [B, C, h, w]: Inception crops image by image, the other crops on the
+        whole batch when the images share a size."""
+        if self.crop == "inception":
+            return torch.stack(
+                [self._inception_crop(image, row) for image, row in zip(images, u.tolist(), strict=True)]
+            ).float()
+        if isinstance(images, torch.Tensor):
+            return self._fixed_crop(images.float(), u)
+        return torch.cat(
+            [self._fixed_crop(image[None].float(), u[i : i + 1]) for i, image in enumerate(images)]
+        )
+
+    def _inception_crop(self, image: torch.Tensor, u: list[float]) -> torch.Tensor:
+        """uint8 [C, H, W] -> the sample's Inception crop resized to img_size (uint8): torchvision's
+        resized_crop, bilinear with antialiasing (the area-averaging filter when the crop shrinks)."""
+        height, width = image.shape[-2:]
+        default = SCALE_SMALL if min(height, width) < SMALL_IMAGE_SIDE else SCALE_LARGE
+        top, left, h, w = inception_box(u, height, width, self.scale or default, self.ratio)
+        window = image[:, top : top + h, left : left + w]
+        if (h, w) == self.img_size:
+            return window
+        return F.interpolate(
+            window[None], size=self.img_size, mode="bilinear", align_corners=False, antialias=True
+        )[0]
+
+    def _fixed_crop(self, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """'resize_crop', 'pad_crop' or 'none' on float [B, C, H, W] images of one size."""
         out_h, out_w = self.img_size
-        b, _, height, width = x.shape
+        b = x.shape[0]
         if self.crop == "none":
             return resize_centre_crop(x, self.img_size)
-        if self.crop in ("resize_crop", "pad_crop"):
-            big_h, big_w = round(out_h * RESIZE_CROP_RATIO), round(out_w * RESIZE_CROP_RATIO)
-            if self.crop == "resize_crop":
-                x = resize_centre_crop(x, (big_h, big_w))
-            else:
-                top_pad, left_pad = (big_h - out_h) // 2, (big_w - out_w) // 2
-                pads = (left_pad, big_w - out_w - left_pad, top_pad, big_h - out_h - top_pad)
-                x = torch.nn.functional.pad(resize_centre_crop(x, self.img_size), pads)
-            top = torch.floor(u[:, TOP] * (big_h - out_h + 1)).long()
-            left = torch.floor(u[:, LEFT] * (big_w - out_w + 1)).long()
-            rows = (top[:, None] + torch.arange(out_h, device=x.device))[:, None, :, None]
-            cols = (left[:, None] + torch.arange(out_w, device=x.device))[:, None, None, :]
-            batch = torch.arange(b, device=x.device)[:, None, None, None]
-            chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
-            return x[batch, chans, rows, cols]
-        default = SCALE_SMALL if min(height, width) < SMALL_IMAGE_SIDE else SCALE_LARGE
-        boxes = inception_boxes(u, height, width, self.scale or default, self.ratio)
-        rois = torch.cat([torch.arange(b, device=x.device, dtype=x.dtype)[:, None], boxes.to(x)], 1)
-        # aligned=True puts pixel k's centre at k + 0.5, so the box (0, 0, W, H) covers the image
-        # exactly; adaptive sampling averages ceil(box/out) points per output pixel (antialias).
-        return roi_align(
-            x, rois, output_size=(out_h, out_w), spatial_scale=1.0, sampling_ratio=-1, aligned=True
-        )
+        big_h, big_w = round(out_h * RESIZE_CROP_RATIO), round(out_w * RESIZE_CROP_RATIO)
+        if self.crop == "resize_crop":
+            x = resize_centre_crop(x, (big_h, big_w))
+        else:
+            top_pad, left_pad = (big_h - out_h) // 2, (big_w - out_w) // 2
+            pads = (left_pad, big_w - out_w - left_pad, top_pad, big_h - out_h - top_pad)
+            x = torch.nn.functional.pad(resize_centre_crop(x, self.img_size), pads)
+        top = torch.floor(u[:, TOP] * (big_h - out_h + 1)).long()
+        left = torch.floor(u[:, LEFT] * (big_w - out_w + 1)).long()
+        rows = (top[:, None] + torch.arange(out_h, device=x.device))[:, None, :, None]
+        cols = (left[:, None] + torch.arange(out_w, device=x.device))[:, None, None, :]
+        batch = torch.arange(b, device=x.device)[:, None, None, None]
+        chans = torch.arange(x.shape[1], device=x.device)[None, :, None, None]
+        return x[batch, chans, rows, cols]
 
     def _randaugment(self, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
         """RandAugment per sample on [0, 255] floats, torch's RNG seeded from the sample's key."""
+        assert self.randaugment is not None  # called only with randaugment on
         out = torch.empty_like(x)
         with torch.random.fork_rng(devices=[]):
             for row, k in enumerate(keys.tolist()):

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.data import Source, eval_batches
 from vitkit.collectives import all_reduce_sum, world
+from vitkit.data import Source, eval_batches
 
 
 @dataclass

@@ -123,7 +123,7 @@ def lsr_accuracy(
     l2s: float | Sequence[float] = DEFAULT_L2,
 ) -> dict[float, float]:
     """Test accuracy of the least-squares classifier, {l2: accuracy} from a single eigendecomposition."""
-    l2s = [float(l2s)] if np.isscalar(l2s) else [float(v) for v in l2s]
+    l2s = l2_list(l2s)
     with _small_blas():
         cache = precompute(x_train, y_train, num_classes)
         parts = [cache.affine(l2) for l2 in l2s]
@@ -131,7 +131,7 @@ def lsr_accuracy(
         b = np.concatenate([p[1] for p in parts])
         scores = (np.asarray(x_test, dtype=np.float64) @ a + b).reshape(len(x_test), len(l2s), num_classes)
     correct = np.argmax(scores, axis=2) == np.asarray(y_test)[:, None]
-    return {l2: float(acc) for l2, acc in zip(l2s, correct.mean(axis=0))}
+    return {l2: float(acc) for l2, acc in zip(l2s, correct.mean(axis=0), strict=True)}
 
 
 def _small_blas() -> contextlib.AbstractContextManager:
@@ -159,6 +159,11 @@ def seed_list(seeds: int | Iterable[int]) -> list[int]:
     if not out:
         raise ValueError("need at least one seed")
     return out
+
+
+def l2_list(l2: float | Sequence[float]) -> list[float]:
+    """One ridge strength or several, as a list of floats."""
+    return [float(l2)] if isinstance(l2, (int, float, np.number)) else [float(v) for v in l2]
 
 
 def check_shots(shots: Iterable[int]) -> list[int]:
@@ -213,13 +218,13 @@ def fewshot_eval(
     """
     shots = check_shots(shots)
     seeds = seed_list(seeds)
-    l2s = [float(l2)] if np.isscalar(l2) else [float(v) for v in l2]
+    l2s = l2_list(l2)
     if not l2s or any(not v > 0 for v in l2s):
         raise ValueError(f"l2 values must be positive, got {l2s}")
     train_features = np.asarray(train_features, dtype=np.float64)
     test_features = np.asarray(test_features, dtype=np.float64)
     train_labels, test_labels = np.asarray(train_labels), np.asarray(test_labels)
-    accs = {v: {k: [] for k in shots} for v in l2s}
+    accs: dict[float, dict[int, list[float]]] = {v: {k: [] for k in shots} for v in l2s}
     times: dict[int, list[float]] = {k: [] for k in shots}
     for seed in seeds:
         if subsets is not None:
@@ -343,7 +348,7 @@ class FewShotEvaluator:
     ) -> None:
         self.shots = check_shots(shots)
         self.seeds = seed_list(seeds)
-        self.l2 = [float(l2)] if np.isscalar(l2) else [float(v) for v in l2]
+        self.l2 = l2_list(l2)
         if not self.l2 or any(not v > 0 for v in self.l2):
             raise ValueError(f"l2 values must be positive, got {self.l2}")
         self.batch_size = batch_size

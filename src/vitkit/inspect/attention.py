@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import nn
+
+from vitkit.models.vit import VisionTransformer
 
 Grid = tuple[int, int]
 PREFIX_KEYS = ("renormalise", "zero")
 
 
-def attention_maps(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]:
+def attention_maps(model: VisionTransformer, images: torch.Tensor) -> list[torch.Tensor]:
     """One [B, heads, T, T] attention-probability tensor per layer for preprocessed `images` [B, C, H, W].
 
     Runs the model's explicit attention path (`forward_attention`, equal to the fused path) in eval mode
@@ -34,7 +35,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor) -> list[torch.Tensor]
     return list(maps)
 
 
-def token_grid(model: nn.Module, images: torch.Tensor) -> Grid:
+def token_grid(model: VisionTransformer, images: torch.Tensor) -> Grid:
     """The (gh, gw) patch grid `model` makes of `images` (hybrids: through the backbone's stride)."""
     stride = model.config.input_stride
     return (images.shape[-2] // stride, images.shape[-1] // stride)
@@ -117,13 +118,14 @@ def attention_rollout(maps: Sequence[torch.Tensor] | torch.Tensor) -> torch.Tens
         maps = [maps]
     if not maps:
         raise ValueError("attention_rollout needs at least one layer of attention")
-    joint = None
+    joint: torch.Tensor | None = None
     for attn in maps:
         _check_map(attn, attn.shape[-1], "attention_rollout")
         a = attn.to(torch.float64).mean(1)
         a = a + torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
         a = a / a.sum(-1, keepdim=True)
         joint = a if joint is None else a @ joint
+    assert joint is not None  # maps is not empty
     return joint
 
 
@@ -153,7 +155,7 @@ def rollout_to_patches(
     return patches.reshape(-1, *grid)
 
 
-def rollout_masks(model: nn.Module, images: torch.Tensor) -> torch.Tensor:
+def rollout_masks(model: VisionTransformer, images: torch.Tensor) -> torch.Tensor:
     """Fig. 6: [B, gh, gw] rolled-out attention from the class token (mean of tokens for GAP) to the patches."""
     cfg = model.config
     joint = attention_rollout(attention_maps(model, images))

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from vitkit.models.posemb import (
+    Learned2dPositionEmbedding,
+    LearnedPositionEmbedding,
+    SinCos2dPositionEmbedding,
+)
+from vitkit.models.vit import VisionTransformer
 
 Grid = tuple[int, int]
 NUM_FILTER_COMPONENTS = 28  # as many as the paper's Fig. 7 (left) shows
@@ -33,27 +39,25 @@ def filter_components(
     return comps.reshape(k, c, ph, pw), ratio
 
 
-def position_embedding_table(model: nn.Module) -> tuple[torch.Tensor, Grid] | None:
+def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, Grid] | None:
     """The patch rows of the position embedding as ([gh*gw, D], grid), class-token row(s) excluded.
 
     'learned' (1-D), 'learned_2d' (X and Y halves concatenated per patch, as the model adds them) and the
     fixed 'sincos' table; None for kinds without an additive table ('none', 'relative').
     """
     cfg = model.config
-    kind = cfg.pos_embed
     pos = model.pos_embed
     with torch.no_grad():
-        if kind == "learned":
-            grid = tuple(pos.grid)
-            return pos.weight[0, pos.num_prefix_tokens :].detach().float().cpu(), grid
-        if kind == "learned_2d":
+        if isinstance(pos, LearnedPositionEmbedding):
+            return pos.weight[0, pos.num_prefix_tokens :].detach().float().cpu(), pos.grid
+        if isinstance(pos, Learned2dPositionEmbedding):
             row, col = pos.row.detach().float().cpu(), pos.col.detach().float().cpu()
             gh, gw = row.shape[0], col.shape[0]
             table = torch.cat(
                 [col[None, :, :].expand(gh, -1, -1), row[:, None, :].expand(-1, gw, -1)], dim=-1
             )
             return table.reshape(gh * gw, -1), (gh, gw)
-        if kind == "sincos":
+        if isinstance(pos, SinCos2dPositionEmbedding):
             grid = cfg.grid_size
             table = pos.table(grid, torch.device("cpu"), torch.float32)
             return table[0, cfg.num_prefix_tokens :], grid
@@ -81,7 +85,7 @@ def cosine_similarity_grid(table: torch.Tensor, grid: Grid) -> torch.Tensor:
     return (t @ t.T).reshape(gh, gw, gh, gw)
 
 
-def position_similarity(model: nn.Module) -> torch.Tensor | None:
+def position_similarity(model: VisionTransformer) -> torch.Tensor | None:
     """Fig. 7 (centre) for `model`: [gh, gw, gh, gw] cosine similarities, or None when not applicable."""
     found = position_embedding_table(model)
     if found is None:

@@ -16,7 +16,8 @@ def read_images(
     """(uint8 [3, H, W] images decoded by vitkit.data.decode's rule, their paths, skipped [{path, reason}]) for
     files and directories of images; reading stops after `limit` readable images."""
     files, skipped = find_images(paths)
-    images, names = [], []
+    images: list[torch.Tensor] = []
+    names: list[str] = []
     for f in files:
         if limit is not None and len(images) >= limit:
             break
@@ -34,7 +35,7 @@ def preprocess(images: list[torch.Tensor], img_size: tuple[int, int], in_chans: 
     RGB to luminance for 1-channel models): [N, in_chans, H, W] float32."""
     out = []
     for image in images:
-        out.append(eval_transform(image[None], tuple(img_size), in_chans))
+        out.append(eval_transform(image[None], img_size, in_chans))
     if not out:
         return torch.empty(0, in_chans, *img_size)
     return torch.cat(out)

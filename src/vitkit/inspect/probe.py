@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch import nn
 
 from vitkit.inspect.attention import (
     attention_distance,
@@ -20,7 +19,7 @@ from vitkit.inspect.embeddings import (
     position_embedding_note,
     position_similarity,
 )
-
+from vitkit.models.vit import VisionTransformer
 
 MAP_BUDGET_BYTES = 1 << 30
 
@@ -32,7 +31,7 @@ def auto_batch_size(depth: int, heads: int, tokens: int, budget: int = MAP_BUDGE
 
 
 def inspect_model(
-    model: nn.Module,
+    model: VisionTransformer,
     images: torch.Tensor,
     *,
     batch_size: int | None = None,
@@ -58,7 +57,7 @@ def inspect_model(
     prefix = cfg.num_prefix_tokens
     if batch_size is None:
         batch_size = auto_batch_size(cfg.depth, cfg.num_heads, prefix + grid[0] * grid[1])
-    total = None
+    total: torch.Tensor | None = None
     masks = []
     for start in range(0, len(images), batch_size):
         batch = images[start : start + batch_size].to(device)
@@ -70,6 +69,7 @@ def inspect_model(
             joint = attention_rollout([a[:take] for a in maps])
             masks.append(rollout_to_patches(joint, grid, prefix, cfg.classifier).cpu())
         del maps
+    assert total is not None  # at least one image
     result: dict[str, Any] = {
         "grid": grid,
         "input_stride": stride,
@@ -91,7 +91,7 @@ def inspect_model(
         result["filter_components"] = (comps, ratio)
         result["filter_note"] = (
             f"top {len(comps)} principal components of the {cfg.hidden_size} patch-embedding filters "
-            f"({cfg.in_chans}x{cfg.patch_size[0]}x{cfg.patch_size[1]}), centred over the filters"
+            f"({'x'.join(str(n) for n in model.patch_embed.proj.weight.shape[1:])}), centred over the filters"
         )
     result["position_similarity"] = position_similarity(model)
     result["position_note"] = position_embedding_note(cfg.pos_embed)

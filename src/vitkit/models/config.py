@@ -78,7 +78,7 @@ class ViTConfig:
         if self.pos_embed == "sincos" and self.hidden_size % 4:
             raise ValueError(f"pos_embed 'sincos' needs hidden_size divisible by 4, got {self.hidden_size}")
         stride = self.input_stride
-        for side, size in zip(("height", "width"), self.img_size):
+        for side, size in zip(("height", "width"), self.img_size, strict=True):
             if size % stride:
                 raise ValueError(f"img_size {side} {size} must be divisible by the input stride {stride}")
 
@@ -90,18 +90,25 @@ class ViTConfig:
     @property
     def input_stride(self) -> int:
         """Pixels per token side: backbone stride times patch size (square patches only)."""
-        if self.patch_size[0] != self.patch_size[1]:
+        ph, pw = to_pair(self.patch_size)
+        if ph != pw:
             raise ValueError(f"patch_size must be square, got {self.patch_size}")
-        return self.backbone_stride * self.patch_size[0]
+        return self.backbone_stride * ph
 
     @property
     def grid_size(self) -> tuple[int, int]:
         """Token grid (gh, gw) at the configured image size."""
-        return (self.img_size[0] // self.input_stride, self.img_size[1] // self.input_stride)
+        height, width = to_pair(self.img_size)
+        return (height // self.input_stride, width // self.input_stride)
 
     @property
     def num_prefix_tokens(self) -> int:
         return 1 if self.classifier == "token" else 0
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        """(channels, height, width) of one input image."""
+        return (self.in_chans, *to_pair(self.img_size))
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
@@ -126,6 +133,11 @@ class ResNetConfig:
         _check_sizes("img_size", self.img_size)
         for name, low in (("width_factor", 1), ("in_chans", 1), ("num_classes", 0)):
             _check_int(name, getattr(self, name), low)
+
+    @property
+    def input_size(self) -> tuple[int, int, int]:
+        """(channels, height, width) of one input image."""
+        return (self.in_chans, *to_pair(self.img_size))
 
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}

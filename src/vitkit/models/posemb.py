@@ -64,12 +64,12 @@ class LearnedPositionEmbedding(nn.Module):
     def __init__(self, num_prefix_tokens: int, grid: Grid, dim: int) -> None:
         super().__init__()
         self.num_prefix_tokens = num_prefix_tokens
-        self.grid = tuple(grid)
+        self.grid: Grid = (grid[0], grid[1])
         self.weight = nn.Parameter(torch.empty(1, num_prefix_tokens + grid[0] * grid[1], dim))
         nn.init.normal_(self.weight, std=0.02)
 
     def forward(self, x: torch.Tensor, grid: Grid) -> torch.Tensor:
-        posemb = self.weight
+        posemb: torch.Tensor = self.weight
         if tuple(grid) != self.grid:
             posemb = resample_position_embedding(posemb, self.num_prefix_tokens, self.grid, grid)
         return x + posemb
@@ -96,7 +96,8 @@ class Learned2dPositionEmbedding(nn.Module):
             nn.init.normal_(table, std=0.02)
 
     def forward(self, x: torch.Tensor, grid: Grid) -> torch.Tensor:
-        row, col = self.row, self.col
+        row: torch.Tensor = self.row
+        col: torch.Tensor = self.col
         if (row.shape[0], col.shape[0]) != tuple(grid):
             row = resample_grid(row[:, None], (grid[0], 1))[:, 0]
             col = resample_grid(col[:, None], (grid[1], 1))[:, 0]
@@ -148,7 +149,7 @@ class RelativePositionBias(nn.Module):
     def forward(self, q: torch.Tensor) -> torch.Tensor:
         """Bias [B, heads, T, T] from scaled queries [B, heads, T, hd]."""
         num_tokens = q.shape[-2]
-        table = self.offsets
+        table: torch.Tensor = self.offsets
         if num_tokens != self.num_tokens:
             table = resample_grid(table[:, None], (2 * num_tokens - 1, 1))[:, 0]
         logits = q @ table.T  # [B, H, T, 2T-1]: every query against every offset

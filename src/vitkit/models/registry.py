@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch import nn
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
 from vitkit.models.resnet import ResNetV2
@@ -52,7 +51,7 @@ def _vit_entries() -> list[ModelEntry]:
     for size, dims in VIT_SIZES.items():
         for patch in (8, 14, 16, 32):
             timm = f"vit_{TIMM_SIZE_NAMES[size]}_patch{patch}_224"
-            config = dict(model_type="vit", patch_size=patch, **dims)
+            config: dict[str, Any] = dict(model_type="vit", patch_size=patch, **dims)
             entries.append(ModelEntry(f"ViT-{size}/{patch}", (timm,), config))
     # Hybrids (§4.1): option (ii) stage 4 folded into stage 3 -> stride 16; option (i) full ResNet50 -> stride 32.
     for size, layers, stride in (("B", (3, 4, 9), 16), ("L", (3, 4, 9), 16), ("B", (3, 4, 6, 3), 32), ("L", (3, 4, 6, 3), 32)):
@@ -92,12 +91,15 @@ def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
     return config_from_dict(dict(entry.config), **overrides)
 
 
-def build_model(config: ViTConfig | ResNetConfig) -> nn.Module:
+Model = VisionTransformer | ResNetV2  # what build_model makes from a config
+
+
+def build_model(config: ViTConfig | ResNetConfig) -> Model:
     """The module for a config: VisionTransformer (plain or hybrid) or the ResNet v2 baseline."""
     return VisionTransformer(config) if isinstance(config, ViTConfig) else ResNetV2(config)
 
 
-def create_model(name: str, *, device: str | torch.device | None = None, **overrides: Any) -> nn.Module:
+def create_model(name: str, *, device: str | torch.device | None = None, **overrides: Any) -> Model:
     """Build a registered variant, e.g. create_model('ViT-B/16', num_classes=10, img_size=384).
 
     `device='meta'` builds without allocating, to count the parameters of the largest variants.

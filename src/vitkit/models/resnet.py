@@ -15,7 +15,7 @@ the first unit of every stage but the first has stride 2, on its 3x3 conv and on
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from functools import partial
 
@@ -37,13 +37,13 @@ BIT_WS_EPS = 1e-8  # timm's BiT StdConv2d, added to the variance (BiT's own PyTo
 
 
 def pad_same_tf(
-    x: torch.Tensor, kernel_size: tuple[int, int], stride: tuple[int, int], value: float = 0.0
+    x: torch.Tensor, kernel_size: tuple[int, ...], stride: tuple[int, ...], value: float = 0.0
 ) -> torch.Tensor:
     """TensorFlow 'SAME' padding for a following VALID conv/pool: out = ceil(in / s), and an odd total puts
     the extra pixel after (bottom/right). PyTorch's symmetric padding differs for stride 2 on even inputs."""
     pads: list[int] = []
     # F.pad lists the last dimension first: (left, right, top, bottom)
-    for size, k, s in zip(reversed(x.shape[-2:]), reversed(kernel_size), reversed(stride)):
+    for size, k, s in zip(reversed(x.shape[-2:]), reversed(kernel_size), reversed(stride), strict=True):
         total = max((-(-size // s) - 1) * s + k - size, 0)
         pads += [total // 2, total - total // 2]
     return F.pad(x, pads, value=value) if any(pads) else x
@@ -120,13 +120,16 @@ class BottleneckV1(nn.Module):
         self.gn3 = _group_norm(out_chs, HYBRID_GN_EPS)
         nn.init.zeros_(self.gn3.weight)  # official scale_init=zeros: each residual branch starts switched off
         if _needs_projection(in_chs, features, stride):
-            self.conv_proj = _hybrid_conv(in_chs, out_chs, 1, stride)
-            self.gn_proj = _group_norm(out_chs, HYBRID_GN_EPS)
+            self.conv_proj: StdConv2d | None = _hybrid_conv(in_chs, out_chs, 1, stride)
+            self.gn_proj: nn.GroupNorm | None = _group_norm(out_chs, HYBRID_GN_EPS)
         else:
             self.conv_proj = self.gn_proj = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shortcut = x if self.conv_proj is None else self.gn_proj(self.conv_proj(x))
+        if self.conv_proj is None or self.gn_proj is None:
+            shortcut = x
+        else:
+            shortcut = self.gn_proj(self.conv_proj(x))
         y = F.relu(self.gn1(self.conv1(x)))
         y = F.relu(self.gn2(self.conv2(y)))
         y = self.gn3(self.conv3(y))
@@ -202,9 +205,8 @@ class ResNetV1(nn.Module):
             yield name, x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for _, x in self._walk(x):  # run to the end; the last output is the feature map
-            pass
-        return x
+        ((_, features),) = deque(self._walk(x), maxlen=1)  # run to the end: the last output is the feature map
+        return features
 
     def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """NCHW outputs keyed 'conv_root' (standardised conv, before GN), 'gn_root' (before ReLU), 'pool'

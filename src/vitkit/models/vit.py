@@ -19,7 +19,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 from torchvision.ops import StochasticDepth
 
-from vitkit.models.config import ViTConfig
+from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
 from vitkit.storage import SavePretrainedMixin
@@ -114,12 +114,12 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         self.config = config
         dim = config.hidden_size
         if config.resnet_layers is not None:
-            self.backbone = ResNetV1(config.resnet_layers, config.resnet_width, config.in_chans)
+            self.backbone: ResNetV1 | None = ResNetV1(config.resnet_layers, config.resnet_width, config.in_chans)
             embed_in = self.backbone.out_channels
         else:
             self.backbone = None
             embed_in = config.in_chans
-        self.patch_embed = PatchEmbed(embed_in, dim, config.patch_size)
+        self.patch_embed = PatchEmbed(embed_in, dim, to_pair(config.patch_size))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.classifier == "token" else None
         self.pos_embed = build_position_embedding(config.pos_embed, config.num_prefix_tokens, config.grid_size, dim)
         self.pos_drop = nn.Dropout(config.dropout)
@@ -232,7 +232,7 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
                     else:
                         nn.init.zeros_(module.bias)
         lecun_normal_(self.patch_embed.proj.weight)
-        nn.init.zeros_(self.patch_embed.proj.bias)
+        nn.init.zeros_(self.patch_embed.proj.bias)  # type: ignore[arg-type]  # PatchEmbed's conv has a bias
         if isinstance(self.pre_logits, PreLogits):
             lecun_normal_(self.pre_logits.fc.weight)
             nn.init.zeros_(self.pre_logits.fc.bias)

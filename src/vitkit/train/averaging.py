@@ -15,7 +15,11 @@ def ema_model(model: nn.Module, decay: float) -> AveragedModel:
     """An AveragedModel of `model` updated with the warmed-up exponential decay."""
 
     @torch.no_grad()
-    def update(averaged: list[torch.Tensor], current: list[torch.Tensor], num_averaged: torch.Tensor) -> None:
+    def update(
+        averaged: list[torch.Tensor] | tuple[torch.Tensor, ...],
+        current: list[torch.Tensor] | tuple[torch.Tensor, ...],
+        num_averaged: torch.Tensor | int,
+    ) -> None:
         n = int(num_averaged)
         torch._foreach_lerp_(averaged, current, 1.0 - min(decay, (1.0 + n) / (10.0 + n)))
 

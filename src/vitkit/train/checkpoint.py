@@ -52,7 +52,10 @@ def checkpoint_dirs(run_dir: str | os.PathLike) -> list[Path]:
 
 def checkpoint_step(path: str | os.PathLike) -> int:
     """The step of a checkpoint directory `step_N`."""
-    return int(_NAME.match(Path(path).name).group(1))
+    match = _NAME.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path}: not a checkpoint directory (expected a name step_N)")
+    return int(match.group(1))
 
 
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:

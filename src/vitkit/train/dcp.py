@@ -115,7 +115,7 @@ def load_checkpoint(
         import torch.distributed.checkpoint as dcp
 
         model_state, optim_state = get_state_dict(model, optimizer)
-        loaded = {"model": model_state, "optim": optim_state}
+        loaded: dict[str, Any] = {"model": model_state, "optim": optim_state}
         with warnings.catch_warnings():  # "assuming the intent is to load in a single process": it is
             warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
             dcp.load(loaded, checkpoint_id=path, no_dist=not torch.distributed.is_initialized())
@@ -124,7 +124,8 @@ def load_checkpoint(
     else:  # a replicated checkpoint into an FSDP model: every rank reads the full state, keeps its shards
         full = StateDictOptions(full_state_dict=True)
         device = _device(model)
-        set_model_state_dict(model, load_state_dict(path / WEIGHTS_NAME), options=full)
+        state: dict[str, Any] = load_state_dict(path / WEIGHTS_NAME)
+        set_model_state_dict(model, state, options=full)
         saved = torch.load(path / ckpt.OPTIMIZER_NAME, map_location=device, weights_only=True)
         set_optimizer_state_dict(model, optimizer, _by_name(saved, model, optimizer), options=full)
     return json.loads((path / ckpt.STATE_NAME).read_text())
@@ -133,7 +134,7 @@ def load_checkpoint(
 def _by_name(saved: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """An optimizer.state_dict() keyed by parameter index, re-keyed by parameter name (what FSDP loads)."""
     names = {id(p): n for n, p in model.named_parameters()}
-    index_to_name = {}
+    index_to_name: dict[int, str] = {}
     groups = []
     for saved_group, group in zip(saved["param_groups"], optimizer.param_groups, strict=True):
         group_names = [names[id(p)] for p in group["params"]]

@@ -47,8 +47,13 @@ def launch_processes(processes: int, threads: int, argv: list[str]) -> int:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     config = LaunchConfig(
-        min_nodes=1, max_nodes=1, nproc_per_node=processes, run_id=str(uuid.uuid4()),
-        rdzv_backend="c10d", rdzv_endpoint="localhost:0", max_restarts=0,  # torchrun --standalone
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=processes,
+        run_id=str(uuid.uuid4()),
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        max_restarts=0,  # torchrun --standalone
     )
     try:
         with environment(OMP_NUM_THREADS=str(threads or 1)):  # inherited by the workers, as torchrun sets it
@@ -147,16 +152,22 @@ def resolve_strategy(strategy: str, world_size: int) -> str:
     return "ddp" if strategy == "auto" else strategy
 
 
-def shard_model(model: nn.Module) -> nn.Module:
-    """FSDP2 in place: each block of `model.blocks` (ViT) or each stage (ResNet) is a unit, then the root."""
+def shard_model(model: nn.Module, device: torch.device) -> nn.Module:
+    """FSDP2 in place: each block of `model.blocks` (ViT) or each stage (ResNet) is a unit, then the root.
+
+    The mesh is on the run's device type: FSDP's default mesh is on the machine's accelerator, which would move a
+    `train.device=cpu` run's shards to the GPU on a machine that has one.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
+    mesh = init_device_mesh(device.type, (world()[1],))
     units = list(getattr(model, "blocks", []))
     if not units:
         units = [m for name, m in model.named_children() if name.startswith(("stage", "layer"))]
     for unit in units:
-        fully_shard(unit)
-    fully_shard(model)
+        fully_shard(unit, mesh=mesh)
+    fully_shard(model, mesh=mesh)
     return model
 
 

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,7 +122,7 @@ def _train(
     checkpoint = broadcast_object(open_run_dir(run_dir, lock, resume) if rank == 0 else None)
 
     data = config.data
-    reading = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    reading: dict[str, Any] = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
     labelled = open_source(data.source, "train", data.data_dir, **reading)
     test_set = open_source(data.source, "test", data.data_dir, **reading)
     validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
@@ -137,7 +138,7 @@ def _train(
     model = build_run_model(config, num_classes, checkpoint).to(device)
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
-        shard_model(model)  # in place, before the optimizer sees the parameters
+        shard_model(model, device)  # in place, before the optimizer sees the parameters
     precision = run_precision(config, model, train_set, micro, device, checkpoint)
     autocast_dtype = precision.autocast_dtype
     train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
@@ -245,6 +246,7 @@ def _train(
                "skipped_images": skipped}
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
+    assert final_model is not None  # rank 0, the one that reaches here
     return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
 
 
@@ -258,7 +260,7 @@ class TrainStep:
         config: RunConfig,
         train_set: Source,
         model: nn.Module,
-        forward: nn.Module,
+        forward: Callable[..., torch.Tensor],
         optimizer: torch.optim.Optimizer,
         ema: nn.Module | None,
         transform: TrainTransform,
@@ -416,7 +418,7 @@ def run_precision(
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    shape = (micro, model.config.in_chans, *model.config.img_size)
+    shape = (micro, *model.config.input_size)
     key = ("train", model_signature(model), shape, t.objective, str(device))
     what = f"a forward and backward pass at batch {micro}"
     chosen = choose_precision(t.precision, device, measure=forward_backward, key=key, what=what)
@@ -448,7 +450,7 @@ def build_train_step(
     t = config.train
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
-    forward = data_parallel(model, strategy, device)
+    forward: Callable[..., torch.Tensor] = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
     transform = train_transform(config, model, len(train_set.classes))
     return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
@@ -489,7 +491,7 @@ def objective_loss(train: TrainSection) -> LossFunction:
 
 
 def accumulate_gradients(
-    forward: nn.Module,
+    forward: Callable[..., torch.Tensor],
     loss_function: LossFunction,
     transform: TrainTransform,
     batch: Batch,
@@ -506,7 +508,7 @@ def accumulate_gradients(
     full batch: the paper's batch sizes on small hardware.
     """
     loss = torch.zeros((), device=device)
-    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro)))
+    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True))
     for i, (images, labels, indices) in enumerate(chunks):
         x, y = transform.mix_batch(images, labels, indices, epoch)
         split.lap("data")
@@ -594,6 +596,7 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
     elif m.weights is not None:
         model = load_weights(m.weights, **{"num_classes": classes, "reset_head": True, **m.overrides})  # §3.2
     else:
+        assert m.name is not None  # the recipe sets exactly one of name and weights
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})
     if model.config.num_classes != classes:
         needs = "train.objective='mpp' trains no classifier" if mpp else f"the dataset has {num_classes} classes"

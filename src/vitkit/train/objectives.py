@@ -15,9 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from vitkit.data import Source, eval_batches
-from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.collectives import all_reduce_sum, world
+from vitkit.data import Source, eval_batches
+from vitkit.models.config import to_pair
+from vitkit.models.mpp import MaskedPatchPrediction
 
 LossFunction = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (forward, images, labels) -> loss
 
@@ -66,8 +67,8 @@ def masked_patch_test_loss(
     try:
         chunks = torch.arange(len(dataset)).split(batch_size)
         mine = list(range(rank, len(chunks), world_size))
-        batches = eval_batches(dataset, [chunks[i] for i in mine], config.img_size, config.in_chans, device)
-        for i, batch in zip(mine, batches):
+        batches = eval_batches(dataset, [chunks[i] for i in mine], to_pair(config.img_size), config.in_chans, device)
+        for i, batch in zip(mine, batches, strict=True):
             with autocast:
                 loss = model(batch.images, generator=torch.Generator(device).manual_seed(i))
             sums[0] += loss.double() * len(batch.indices)

@@ -354,8 +354,10 @@ def valid_keys(config: RunConfig, section: str) -> list[str]:
     return keys
 
 
-# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them.
-RESUME_MAY_CHANGE = ("data.workers", "data.prefetch")
+# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
+# stopped by an unreadable image (data.on_corrupt='stop') saw none before it, so it continues with 'skip' exactly
+# as if it had started with it.
+RESUME_MAY_CHANGE = ("data.workers", "data.prefetch", "data.on_corrupt")
 RENAMED = {"data.dataset": "data.source"}  # other names a recipe may use for a key
 
 
@@ -384,7 +386,7 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"{key} must be a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args))
+        return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):

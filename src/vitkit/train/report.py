@@ -128,7 +128,7 @@ def write_curves(run_dir: str | os.PathLike) -> Path:
     names = {key: label for r in evals for key, label in accuracy_names(r).items()}
     for key, label in names.items():
         points = [(r["wall_seconds"] / 60, 100 * r[key]) for r in evals if key in r]
-        ax_acc.plot(*zip(*points), "o-", label=label)
+        ax_acc.plot(*zip(*points, strict=True), "o-", label=label)
     if names:
         ax_acc.legend()
     ax_acc.set(xlabel="wall time (minutes)", ylabel="accuracy (%)", title="accuracy vs. wall time")
@@ -158,7 +158,7 @@ def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.P
         for i in range(k):
             for j in range(k):
                 color = "white" if rates[i, j] > 0.5 else "black"
-                ax.text(j, i, int(confusion[i, j]), ha="center", va="center", fontsize=7, color=color)
+                ax.text(j, i, str(int(confusion[i, j])), ha="center", va="center", fontsize=7, color=color)
     ax.set(xlabel="predicted", ylabel="true", title=title)
     fig.tight_layout()
     path = Path(path)

@@ -12,11 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
-from torch import nn
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict, resnet_stride
 from vitkit.models.posemb import resample_grid, resample_position_embedding, square_grid
-from vitkit.models.registry import build_model
+from vitkit.models.registry import Model, build_model
 from vitkit.weights.mapping import Converted, check_fits
 
 Config = ViTConfig | ResNetConfig
@@ -139,7 +138,7 @@ def instantiate(
     allow_non_finite: bool = False,
     reset_head: bool = False,
     **overrides: Any,
-) -> nn.Module:
+) -> Model:
     """Build the model for `config` with `overrides`, load `state` strictly, return it in eval mode.
 
     `img_size=` resamples the position embeddings. `num_classes=K` keeps the stored head when it has K classes
@@ -206,7 +205,7 @@ def load_vitkit_state(
     *,
     hints: Mapping[str, Any] | None = None,
     **options: Any,
-) -> nn.Module:
+) -> Model:
     """A model from vitkit-named tensors without a config: infer it (`hints`: what shapes hide), then load.
 
     `state` may be a table's `Converted` result, whose origins then name the file's own keys in errors.

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from vitkit.models.config import ViTConfig
+from vitkit.models.config import ViTConfig, to_pair
+from vitkit.models.registry import Model
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
 
@@ -117,7 +118,7 @@ def load_hf_state(
     *,
     hints: Mapping[str, Any] | None = None,
     **options: Any,
-) -> nn.Module:
+) -> Model:
     """A vitkit model from a transformers ViT state dict (ViTModel / ViTForImageClassification, 4.x / 5.x)."""
     state = modern_names(state)
     prefix = CLASSIFIER_PREFIX if any(k.startswith(CLASSIFIER_PREFIX) for k in state) else ""
@@ -126,7 +127,7 @@ def load_hf_state(
     return load_vitkit_state(converted, source, hints=hints, **options)
 
 
-def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> nn.Module:
+def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> Model:
     """A vitkit VisionTransformer computing what a transformers ViTModel / ViTForImageClassification computes.
 
     ViTModel gives a head-less vitkit model whose output is `pooler_output` (with a pooler: the pre-logits
@@ -141,7 +142,7 @@ def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: 
     return load_hf_state(state, where, hints=hints, keep_pre_logits=keep_pre_logits, **overrides)
 
 
-def to_hf(model: nn.Module) -> nn.Module:
+def to_hf(model: nn.Module) -> Any:
     """The same network in transformers (eval mode): ViTForImageClassification, or ViTModel when head-less."""
     # transformers is optional (extras bench and test): only the conversions to and from it import it.
     from transformers import ViTConfig as HFConfig
@@ -175,8 +176,8 @@ def to_hf(model: nn.Module) -> nn.Module:
         hidden_dropout_prob=config.dropout,
         attention_probs_dropout_prob=config.attention_dropout,
         layer_norm_eps=config.layer_norm_eps,
-        image_size=list(config.img_size),
-        patch_size=list(config.patch_size),
+        image_size=list(to_pair(config.img_size)),
+        patch_size=list(to_pair(config.patch_size)),
         num_channels=config.in_chans,
         qkv_bias=True,
         pooler_output_size=config.representation_size,

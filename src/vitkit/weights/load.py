@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
 
+from vitkit.models.registry import Model
 from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_config
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.hf import hints_from_config, load_hf_state
@@ -46,7 +46,7 @@ def load_weights(
     source_img_size: int | tuple[int, int] | None = None,
     allow_non_finite: bool = False,
     **overrides: Any,
-) -> nn.Module:
+) -> Model:
     """Build the model a weights file or directory describes and load it (eval mode).
 
     `format` ('npz', 'vitkit', 'timm', 'hf') is needed only when the file does not say. Overrides (§3.2):
@@ -85,7 +85,7 @@ def load_state(
     format: str,
     hints: dict[str, Any],
     options: dict[str, Any],
-) -> nn.Module:
+) -> Model:
     """Dispatch a torch-layout state dict to its format's table."""
     if format == "timm":
         return load_timm_state(state, source, hints=hints, **options)
@@ -100,7 +100,7 @@ def load_state(
 
 def _load_directory(
     path: Path, format: str | None, hints: dict[str, Any], options: dict[str, Any]
-) -> nn.Module:
+) -> Model:
     """A vitkit save_pretrained / run directory, or a transformers save_pretrained directory."""
     directory = resolve_directory(path)
     config_path = directory / CONFIG_NAME

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from vitkit.models.config import ViTConfig
+from vitkit.models.registry import Model
 from vitkit.storage import atomic_write
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import CONV, LINEAR, Rule, Table, Transform, linear
@@ -171,7 +172,7 @@ def load_official(
     *,
     source_img_size: Any = None,
     **options: Any,
-) -> nn.Module:
+) -> Model:
     """Build and load a VisionTransformer from official arrays; the config comes from the arrays alone."""
     canonical, layout = normalize(arrays, source)
     try:
@@ -231,7 +232,7 @@ def export_npz(model: nn.Module, path: str | os.PathLike, *, layout: str = "line
 
     def write(tmp: str) -> None:
         with open(tmp, "wb") as f:
-            np.savez(f, **arrays)
+            np.savez(f, **arrays)  # type: ignore[arg-type]  # numpy's stub reads ** as allow_pickle
 
     atomic_write(path, write)
     return Path(path)

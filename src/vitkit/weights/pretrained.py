@@ -6,16 +6,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from torch import nn
-
 from vitkit.models.config import config_from_dict
+from vitkit.models.registry import Model
 from vitkit.storage import CONFIG_NAME, FINAL_DIR, WEIGHTS_NAME, load_state_dict, read_config
 from vitkit.weights.build import instantiate
 
 
 def from_pretrained(
     directory: str | os.PathLike, *, keep_pre_logits: bool = False, **overrides: Any
-) -> nn.Module:
+) -> Model:
     """Rebuild a model written by `save_pretrained` (or a training run's `final/`), fine-tuning overrides too.
 
     `img_size=` resamples position embeddings, `num_classes=K` a head of another class count (or `reset_head`)

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from vitkit.models.config import ViTConfig
+from vitkit.models.registry import Model
 from vitkit.models.resnet import HYBRID_GN_EPS, HYBRID_WS_EPS
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import Rule, Table, Transform, linear
@@ -109,7 +110,7 @@ def load_timm_state(
     hints: Mapping[str, Any] | None = None,
     ctx: Mapping[str, Any] | None = None,
     **options: Any,
-) -> nn.Module:
+) -> Model:
     """vitkit model from timm ViT state dict; `hints` fill in what tensors do not say (heads, GELU, eps)."""
     converted = TABLES[_PRE_LOGITS_KEY in state].to_vitkit(state, source, ctx)
     hints = {"activation": "gelu", "layer_norm_eps": TIMM_EPS, **(hints or {})}
@@ -155,7 +156,7 @@ def _check_timm_model(model: nn.Module) -> None:
         raise ValueError(f"{where} cannot be represented by vitkit: " + "; ".join(problems))
 
 
-def from_timm(timm_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> nn.Module:
+def from_timm(timm_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> Model:
     """A vitkit VisionTransformer computing what a timm VisionTransformer (plain, GAP, hybrid) computes."""
     # timm is optional (extras bench and test): only the conversions to and from timm import it.
     from timm.models.vision_transformer import VisionTransformer as TimmViT
