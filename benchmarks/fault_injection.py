@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from vitkit.storage import load_state_dict
-from vitkit.train.checkpoint import CHECKPOINT_DIR, checkpoint_dirs
+from vitkit.train.checkpoint import CHECKPOINT_DIR, checkpoint_dirs, checkpoint_step
 
 RECIPE = [
     "model.hidden_size=32", "model.depth=2", "model.num_heads=2", "model.mlp_dim=64", "model.patch_size=4",
@@ -72,16 +72,43 @@ def writing(run: Path, phase: str) -> bool:
         return False
 
 
-def kill_at(process: subprocess.Popen, run: Path, phase: str, rng: random.Random, expected_s: float) -> str:
-    """SIGKILL `process` during `phase` (polling every ~0.2 ms) or at a random time; returns what was hit."""
-    deadline = time.monotonic() + (
-        rng.uniform(0.25, 1.0) * expected_s if phase == "random" else 10 * expected_s
-    )
+def completed(run: Path) -> list[int]:
+    """Steps of the run's complete checkpoints."""
+    return [checkpoint_step(p) for p in checkpoint_dirs(run)]
+
+
+def checkpoint_times(process: subprocess.Popen, run: Path) -> list[float]:
+    """Wait for `process`, noting when each of its checkpoints became complete (seconds from now)."""
+    began, seen, times = time.monotonic(), 0, []
+    while process.poll() is None:
+        count = len(completed(run))
+        times += [time.monotonic() - began] * (count - seen)
+        seen = count
+        time.sleep(0.01)
+    return times
+
+
+class Target:
+    """Where a kill is aimed: after `wait` more checkpoints of this process are complete, then `delay` seconds
+    into training ('random'), or inside the next checkpoint write ('checkpoint') or the final write ('final')."""
+
+    def __init__(self, phase: str, ahead: int, interval_s: float, rng: random.Random) -> None:
+        self.phase = phase if phase != "random" or ahead >= 1 else "checkpoint"
+        self.wait = rng.randint(1, ahead) if self.phase == "random" else rng.randint(0, max(ahead - 1, 0))
+        self.delay = rng.uniform(0.1, 0.9) * interval_s
+
+
+def kill_at(process: subprocess.Popen, run: Path, target: Target, rng: random.Random, timeout_s: float) -> str:
+    """SIGKILL `process` at `target` (polling every ~0.2 ms); returns what was hit."""
+    before = len(completed(run))
+    deadline = time.monotonic() + timeout_s
     while process.poll() is None and time.monotonic() < deadline:
-        if phase != "random" and writing(run, phase):
-            time.sleep(rng.uniform(0.0, 0.002))  # somewhere inside the write
+        if len(completed(run)) - before >= target.wait and (
+            target.phase == "random" or writing(run, target.phase)
+        ):
+            time.sleep(target.delay if target.phase == "random" else rng.uniform(0.0, 0.002))
             break
-        time.sleep(0.0002 if phase != "random" else 0.005)
+        time.sleep(0.0002)
     if process.poll() is not None:
         return "finished first"
     in_checkpoint, in_final = writing(run, "checkpoint"), writing(run, "final")
@@ -134,21 +161,30 @@ def main() -> int:
     reference = root / "reference"
     began = time.monotonic()
     process = start(reference, args.steps, args.checkpoint_every, resume=False)
-    if process.wait() != 0:
+    times = checkpoint_times(process, reference)
+    if process.returncode != 0:
         print(f"reference run failed: {process.stderr.read()}", file=sys.stderr)
         return 1
     expected_s = time.monotonic() - began
-    print(f"reference run: {args.steps} steps in {expected_s:.1f} s (process start-up included)")
+    interval_s = (times[-1] - times[0]) / max(len(times) - 1, 1)
+    print(
+        f"reference run: {args.steps} steps in {expected_s:.1f} s (process start-up included), "
+        f"{interval_s:.2f} s between checkpoints"
+    )
     kills, hits, equal, left, runs = 0, {}, 0, 0, 0
     while kills < args.kills:
         run = root / f"run{runs}"
         for k in range(args.kills_per_run):
             phase = rng.choices(PHASES, weights=(0.4, 0.4, 0.2))[0]
             resume = (run / "config.toml").exists()
-            hit = kill_at(start(run, args.steps, args.checkpoint_every, resume), run, phase, rng, expected_s)
-            steps = [int(p.name.removeprefix("step_")) for p in checkpoint_dirs(run)]
+            last = max(completed(run), default=0)
+            ahead = len(range(last + args.checkpoint_every, args.steps, args.checkpoint_every))
+            target = Target(phase, ahead, interval_s, rng)
+            process = start(run, args.steps, args.checkpoint_every, resume)
+            hit = kill_at(process, run, target, rng, timeout_s=10 * expected_s)
             print(
-                f"run {runs} kill {k}: aimed at {phase:10s} hit {hit:16s} last checkpoint {max(steps, default=0)}"
+                f"run {runs} kill {k}: aimed at {target.phase:10s} hit {hit:16s} "
+                f"checkpoints {last} -> {max(completed(run), default=0)}"
             )
             if hit == "finished first":
                 break

@@ -131,7 +131,11 @@ def main(argv: list[str] | None = None) -> Path:
         )
         curve_rows = [[f"{m:.1f}", f"{a:.2f}%"] for m, a in points]
         curves.append(markdown_table([f"{model.name}: minutes", f"{curve} top-1"], curve_rows))
-        ax.plot(*zip(*points, strict=True), "o-", label=f"{model.name}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min")
+        ax.plot(
+            *zip(*points, strict=True),
+            "o-",
+            label=f"{model.name}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min",
+        )
     ax.axhline(TARGET, color="grey", ls="--", lw=1, label=f"target {TARGET:g}%")
     ax.axvline(args.budget_minutes, color="grey", ls=":", lw=1, label=f"budget {args.budget_minutes:g} min")
     ax.set(

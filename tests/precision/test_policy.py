@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from vitkit import precision
+from vitkit import cli, precision
 from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
@@ -183,3 +183,23 @@ def test_bench_workload_takes_another_model_at_its_own_size(monkeypatch):
     assert workload.config.model.name == "ViT-S/16" and workload.model.config.img_size == (224, 224)
     x, _ = workload.transform()(workload.dataset.images[:4], workload.dataset.labels[:4], torch.arange(4), 0)
     assert x.shape == (4, 3, 224, 224)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["train", "--out", "o"],
+        ["finetune", "--weights", "w", "--out", "o"],
+        ["eval", "--weights", "w"],
+        ["predict", "x.png", "--weights", "w"],
+        ["fewshot", "--weights", "w"],
+        ["inspect", "--weights", "w", "--images", "x.png", "--out", "o"],
+        ["demo"],
+        *(["bench", name] for name in ("inference", "batch", "memory", "resolution")),
+    ],
+)
+def test_every_entry_point_takes_a_precision(argv):
+    """(`vitkit bench precision` times both and says what auto picks.)"""
+    choice = "bf16"
+    args = cli.build_parser().parse_args([*argv, "--precision", choice])
+    assert args.precision == choice

@@ -41,6 +41,10 @@ def add_bench_precision(parser: argparse.ArgumentParser) -> None:
 
 def add_bench_device(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    add_gemm_size(parser)
+
+
+def add_gemm_size(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gemm-size",
         type=int,

@@ -10,7 +10,7 @@ from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.memory import MemoryFit, fit_memory, peak_allocated_bytes, resident_bytes
-from vitkit.bench.options import add_clock, comma_ints, comma_names
+from vitkit.bench.options import add_clock, add_gemm_size, comma_ints, comma_names
 from vitkit.bench.plots import plot_resolution
 from vitkit.bench.timing import alternate, gemm_candidate, mfu
 from vitkit.precision import autocast
@@ -37,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--precision", choices=("fp32", "bf16"), default="fp32", help="float32 or bf16 autocast"
     )
+    add_gemm_size(parser)
     add_clock(parser)
 
 
@@ -51,6 +52,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dic
         log,
         args.clock,
         args.precision,
+        args.gemm_size,
     )
     if args.plot:
         title = (
@@ -115,6 +117,7 @@ def resolution_sweep(
     log: Callable[[str], None] | None = None,
     clock: str = "wall",
     precision: str = "fp32",
+    gemm_size: int = 2048,
 ) -> list[dict]:
     """Appendix D.5 in miniature: inference images/s against resolution (all sizes of one model alternated, with the
     GEMM ceiling), and the largest inference and training batch that fits `budget_gib` (16 GiB: a TPUv3 core);
@@ -128,7 +131,7 @@ def resolution_sweep(
             x = torch.randn(batch_size, model.config.in_chans, size, size)
             models[size] = (model, x, forward_flops(model, x))
             candidates[str(size)] = forward_call(model, x, dtype)
-        gemm, gemm_flops = gemm_candidate(dtype=dtype or torch.float32)
+        gemm, gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32)
         candidates["gemm"] = gemm
         results = alternate(candidates, rounds=rounds, warmup=1, clock=clock)
         results["gemm"].flops = gemm_flops

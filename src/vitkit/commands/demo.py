@@ -9,6 +9,7 @@ import torch
 
 import vitkit
 from vitkit.flops import count_flops, count_parameters
+from vitkit.precision import add_precision_argument, inference_precision
 
 HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed forward pass"
 
@@ -16,6 +17,7 @@ HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed f
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="ViT-B/16", help="registry name (see `vitkit models`)")
     parser.add_argument("--batch-size", type=int, default=2)
+    add_precision_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -23,10 +25,14 @@ def run(args: argparse.Namespace) -> int:
     config = model.config
     flops = count_flops(model, config.input_size)
     x = torch.randn(args.batch_size, *config.input_size)
-    with torch.no_grad():
+    precision = inference_precision(args.precision, model, args.batch_size)
+    print(f"device {precision.device}, precision {precision}")
+    with torch.no_grad(), precision.autocast():
         start = time.perf_counter()
         logits = model(x)
         seconds = time.perf_counter() - start
     print(f"{args.model}: {count_parameters(model):,} parameters, {flops / 1e9:.2f} GFLOPs per image")
-    print(f"forward of {list(x.shape)} -> {list(logits.shape)} in {seconds:.2f} s ({args.batch_size / seconds:.1f} images/s)")
+    print(
+        f"forward of {list(x.shape)} -> {list(logits.shape)} in {seconds:.2f} s ({args.batch_size / seconds:.1f} images/s)"
+    )
     return 0
