@@ -175,7 +175,7 @@ def main() -> int:
     while kills < args.kills:
         run = root / f"run{runs}"
         for k in range(args.kills_per_run):
-            phase = rng.choices(PHASES, weights=(0.4, 0.4, 0.2))[0]
+            phase = rng.choices(PHASES, weights=(0.6, 0.25, 0.15))[0]
             resume = (run / "config.toml").exists()
             last = max(completed(run), default=0)
             ahead = len(range(last + args.checkpoint_every, args.steps, args.checkpoint_every))
