@@ -29,7 +29,9 @@ def main() -> None:
     parser.add_argument("runs", nargs="+", help="run directories")
     parser.add_argument("--labels", help="comma-separated legend labels (default: the directory names)")
     parser.add_argument("--target", type=float, default=None, help="accuracy target (%%), drawn as a line")
-    parser.add_argument("--budget", type=float, default=None, help="wall-clock budget (minutes), drawn as a line")
+    parser.add_argument(
+        "--budget", type=float, default=None, help="wall-clock budget (minutes), drawn as a line"
+    )
     parser.add_argument("--out", required=True, help="PNG to write")
     args = parser.parse_args()
     labels = args.labels.split(",") if args.labels else [Path(run).name for run in args.runs]
@@ -38,14 +40,22 @@ def main() -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for run, label in zip(args.runs, labels, strict=True):
         points = evaluations(run)
-        ax.plot(*zip(*points, strict=True), "o-", label=f"{label}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min")
+        ax.plot(
+            *zip(*points, strict=True),
+            "o-",
+            label=f"{label}: {points[-1][1]:.2f}% at {points[-1][0]:.1f} min",
+        )
         print(f"\n| {label}: minutes | test top-1 |\n| ---: | ---: |")
         print("\n".join(f"| {m:.1f} | {a:.2f}% |" for m, a in points))
     if args.target is not None:
         ax.axhline(args.target, color="grey", ls="--", lw=1, label=f"target {args.target:g}%")
     if args.budget is not None:
         ax.axvline(args.budget, color="grey", ls=":", lw=1, label=f"budget {args.budget:g} min")
-    ax.set(xlabel="wall time (minutes)", ylabel="test top-1 (%)", title="Fashion-MNIST test accuracy vs. wall time")
+    ax.set(
+        xlabel="wall time (minutes)",
+        ylabel="test top-1 (%)",
+        title="Fashion-MNIST test accuracy vs. wall time",
+    )
     ax.set_ylim(bottom=max(ax.get_ylim()[0], 70))
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")

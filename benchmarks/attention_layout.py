@@ -21,7 +21,9 @@ from vitkit.models.vit import Attention
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
     parser.add_argument("--rounds", type=int, default=15)
@@ -48,10 +50,18 @@ def main() -> None:
     }
     results = alternate(candidates, rounds=args.rounds, warmup=2, clock=args.clock)
     layer = f"one attention layer, forward + backward ({args.threads} thread(s), {args.clock} clock, {args.rounds} rounds)"
-    print(format_table([
-        {layer: name, "median ms": 1e3 * r.median, "vs timm's layout": paired_ratio(results, name, "timm: permute + unbind")}
-        for name, r in results.items()
-    ]))
+    print(
+        format_table(
+            [
+                {
+                    layer: name,
+                    "median ms": 1e3 * r.median,
+                    "vs timm's layout": paired_ratio(results, name, "timm: permute + unbind"),
+                }
+                for name, r in results.items()
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -35,13 +35,21 @@ COMMANDS = {
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--only", action="append", choices=sorted(COMMANDS), help="run only these (repeatable)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--only", action="append", choices=sorted(COMMANDS), help="run only these (repeatable)"
+    )
     parser.add_argument("--list", action="store_true", help="print the commands and exit")
     parser.add_argument("--out", default="benchmarks/results.md", help="where to collect the tables")
     parser.add_argument("--threads", type=int, default=None, help="append --threads N to every command")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default=None,
-                        help="append --clock to every command but train (wall clock only)")
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default=None,
+        help="append --clock to every command but train (wall clock only)",
+    )
     args = parser.parse_args()
     selected = args.only or list(COMMANDS)
     if args.list:
@@ -57,7 +65,9 @@ def main() -> int:
             start = time.perf_counter()
             print(f"== {name}: {command}", flush=True)
             done = subprocess.run([vitkit, *command.split()[1:]], capture_output=True, text=True)
-            table = done.stdout if done.returncode == 0 else f"FAILED ({done.returncode}):\n{done.stderr[-2000:]}"
+            table = (
+                done.stdout if done.returncode == 0 else f"FAILED ({done.returncode}):\n{done.stderr[-2000:]}"
+            )
             out.write(f"\n### {name}\n\n`{command}` ({time.perf_counter() - start:.0f} s)\n\n{table}\n")
             out.flush()
             print(table, flush=True)

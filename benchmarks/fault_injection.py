@@ -98,7 +98,9 @@ class Target:
         self.delay = rng.uniform(0.1, 0.9) * interval_s
 
 
-def kill_at(process: subprocess.Popen, run: Path, target: Target, rng: random.Random, timeout_s: float) -> str:
+def kill_at(
+    process: subprocess.Popen, run: Path, target: Target, rng: random.Random, timeout_s: float
+) -> str:
     """SIGKILL `process` at `target` (polling every ~0.2 ms); returns what was hit."""
     before = len(completed(run))
     deadline = time.monotonic() + timeout_s

@@ -24,8 +24,16 @@ from tqdm import tqdm
 
 # Class colours (RGB) far apart, so the classes differ in a way a small model sees quickly.
 PALETTE = np.array(
-    [[200, 60, 50], [60, 170, 70], [50, 80, 200], [210, 190, 60], [150, 70, 180], [60, 180, 190],
-     [230, 130, 40], [120, 120, 120]],
+    [
+        [200, 60, 50],
+        [60, 170, 70],
+        [50, 80, 200],
+        [210, 190, 60],
+        [150, 70, 180],
+        [60, 180, 190],
+        [230, 130, 40],
+        [120, 120, 120],
+    ],
     dtype=np.float32,
 )
 SPLIT_KEYS = {"train": 0, "val": 1}
@@ -37,7 +45,9 @@ def image_size(rng: np.random.Generator, min_size: int, max_size: int) -> tuple[
     return int(height), int(width)
 
 
-def render(seed: int, split: str, index: int, classes: int, min_size: int, max_size: int) -> tuple[Image.Image, int]:
+def render(
+    seed: int, split: str, index: int, classes: int, min_size: int, max_size: int
+) -> tuple[Image.Image, int]:
     """The image and class of sample `index` of `split`: identical for identical arguments."""
     rng = np.random.default_rng([seed, SPLIT_KEYS[split], index])
     label = index % classes
@@ -47,7 +57,9 @@ def render(seed: int, split: str, index: int, classes: int, min_size: int, max_s
     if label >= len(PALETTE):  # more classes than colours: tell them apart by a vertical gradient too
         coarse += np.linspace(-40, 40, 6, dtype=np.float32)[:, None, None] * (label // len(PALETTE))
     smooth = Image.fromarray(np.clip(coarse, 0, 255).astype(np.uint8)).resize((width, height), Image.BILINEAR)
-    pixels = np.asarray(smooth, dtype=np.int16) + rng.integers(-12, 13, size=(height, width, 3), dtype=np.int16)
+    pixels = np.asarray(smooth, dtype=np.int16) + rng.integers(
+        -12, 13, size=(height, width, 3), dtype=np.int16
+    )
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8)), label
 
 
@@ -67,7 +79,9 @@ def write_one(job: tuple[str, int, str, int, int, int, int]) -> tuple[int, int]:
 
 def main() -> None:
     """Write the collection with a progress bar, then print and save its counts and sizes."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("root", type=Path)
     parser.add_argument("--train", type=int, default=100_000, help="training images")
     parser.add_argument("--val", type=int, default=1_000, help="validation images")
@@ -91,15 +105,23 @@ def main() -> None:
     decoded = stored = 0
     with Pool(args.workers) as pool:
         for decoded_bytes, file_bytes in tqdm(
-            pool.imap_unordered(write_one, jobs, chunksize=256), total=len(jobs), unit="img",
-            desc=str(args.root), mininterval=5.0,
+            pool.imap_unordered(write_one, jobs, chunksize=256),
+            total=len(jobs),
+            unit="img",
+            desc=str(args.root),
+            mininterval=5.0,
         ):
             decoded += decoded_bytes
             stored += file_bytes
     summary = {
-        "train_images": args.train, "val_images": args.val, "classes": args.classes,
-        "sizes": f"{args.min_size}-{args.max_size} px per side", "seed": args.seed,
-        "decoded_bytes": decoded, "jpeg_bytes": stored, "seconds": round(time.perf_counter() - start, 1),
+        "train_images": args.train,
+        "val_images": args.val,
+        "classes": args.classes,
+        "sizes": f"{args.min_size}-{args.max_size} px per side",
+        "seed": args.seed,
+        "decoded_bytes": decoded,
+        "jpeg_bytes": stored,
+        "seconds": round(time.perf_counter() - start, 1),
     }
     (args.root / "collection.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(

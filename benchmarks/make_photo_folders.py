@@ -71,7 +71,9 @@ def to_image(pixels: np.ndarray, mode: str) -> Image.Image:
 
 def main() -> None:
     """Write root/{train,val}/<class>/<name>.{jpg,png} and print counts, sizes and modes."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("root", type=Path)
     args = parser.parse_args()
     seen: Counter[str] = Counter()

@@ -58,34 +58,47 @@ SETTINGS = {"glibc default": "default", "keep_freed_memory()": "keep"}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--eval-batch", type=int, default=0, help="an evaluation forward of N images before timing")
+    parser.add_argument(
+        "--eval-batch", type=int, default=0, help="an evaluation forward of N images before timing"
+    )
     args = parser.parse_args()
     samples: dict[str, list[dict]] = {name: [] for name in SETTINGS}
     for _ in range(args.rounds):
         for name, mode in SETTINGS.items():
-            argv = [mode, *map(str, (args.threads, args.batch_size, args.warmup, args.steps, args.eval_batch))]
-            out = subprocess.run([sys.executable, "-c", STEPS, *argv], capture_output=True, text=True, check=True)
+            argv = [
+                mode,
+                *map(str, (args.threads, args.batch_size, args.warmup, args.steps, args.eval_batch)),
+            ]
+            out = subprocess.run(
+                [sys.executable, "-c", STEPS, *argv], capture_output=True, text=True, check=True
+            )
             samples[name].append(json.loads(out.stdout))
     base = samples["glibc default"]
     rows = []
     for name, runs in samples.items():
         ratios = [b["ms"] / r["ms"] for b, r in zip(base, runs, strict=True)]
-        rows.append({
-            "allocator": name,
-            "page faults per step": statistics.median(r["faults"] for r in runs),
-            "ms per step": statistics.median(r["ms"] for r in runs),
-            "speed vs default": statistics.median(ratios),
-            "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
-        })
+        rows.append(
+            {
+                "allocator": name,
+                "page faults per step": statistics.median(r["faults"] for r in runs),
+                "ms per step": statistics.median(r["ms"] for r in runs),
+                "speed vs default": statistics.median(ratios),
+                "range": f"{min(ratios):.2f}-{max(ratios):.2f}",
+            }
+        )
     after = f", after an evaluation forward of {args.eval_batch}" if args.eval_batch else ""
-    print(f"default Fashion-MNIST model, batch {args.batch_size}, {args.threads} thread(s), wall clock, "
-          f"{args.rounds} fresh processes per setting, {args.steps} steps each{after}")
+    print(
+        f"default Fashion-MNIST model, batch {args.batch_size}, {args.threads} thread(s), wall clock, "
+        f"{args.rounds} fresh processes per setting, {args.steps} steps each{after}"
+    )
     print(format_table(rows))
 
 

@@ -31,7 +31,9 @@ def correct(weights: str, dataset, batch_size: int = 500) -> torch.Tensor:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("first")
     parser.add_argument("second")
     parser.add_argument("--data", default="fashion_mnist")
@@ -42,8 +44,10 @@ def main() -> None:
     a, b = correct(args.first, test), correct(args.second, test)
     only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
     p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
-    print(f"{args.first}: {100 * a.float().mean():.2f}%  {args.second}: {100 * b.float().mean():.2f}%  "
-          f"({len(test)} images; only the first right: {only_a}, only the second: {only_b}; exact McNemar p = {p:.3f})")
+    print(
+        f"{args.first}: {100 * a.float().mean():.2f}%  {args.second}: {100 * b.float().mean():.2f}%  "
+        f"({len(test)} images; only the first right: {only_a}, only the second: {only_b}; exact McNemar p = {p:.3f})"
+    )
 
 
 if __name__ == "__main__":

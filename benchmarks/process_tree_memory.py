@@ -121,9 +121,13 @@ def role(peak: ProcessPeak, root: int) -> str:
 
 def main() -> int:
     """Run the command, sample its tree until it ends, print and save the report; returns its exit status."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--every", type=float, default=0.2, help="seconds between samples")
-    parser.add_argument("--kill-at-step", type=int, default=None, help="SIGKILL the run when it prints this step")
+    parser.add_argument(
+        "--kill-at-step", type=int, default=None, help="SIGKILL the run when it prints this step"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
@@ -131,8 +135,14 @@ def main() -> int:
     if not command:
         parser.error("give the command to run after --")
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, bufsize=1)
+    child = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        bufsize=1,
+    )
     memory = TreeMemory()
     first_step: list[float] = []
     loop_start: list[float] = []
@@ -155,7 +165,12 @@ def main() -> int:
         match = STEP_LINE.match(line)
         if match and not first_step:
             first_step.append(time.perf_counter() - start)
-        if match and args.kill_at_step is not None and int(match.group(1)) >= args.kill_at_step and not killed:
+        if (
+            match
+            and args.kill_at_step is not None
+            and int(match.group(1)) >= args.kill_at_step
+            and not killed
+        ):
             sample(child.pid, memory)
             os.killpg(child.pid, signal.SIGKILL)
             killed.append(int(match.group(1)))
@@ -170,8 +185,10 @@ def main() -> int:
         "seconds_to_loop_start": round(loop_start[0], 1) if loop_start else None,
         "seconds_to_first_step_done": round(first_step[0], 1) if first_step else None,
         "killed_after_step": killed[0] if killed else None,
-        "processes": [{"pid": p.pid, "role": role(p, child.pid), "peak_rss_bytes": p.peak_rss, "command": p.command}
-                      for p in peaks],
+        "processes": [
+            {"pid": p.pid, "role": role(p, child.pid), "peak_rss_bytes": p.peak_rss, "command": p.command}
+            for p in peaks
+        ],
         "sum_of_peak_rss_bytes": sum(p.peak_rss for p in peaks),
         "peak_simultaneous_rss_bytes": memory.peak_rss_sum,
         "peak_simultaneous_pss_bytes": memory.peak_pss_sum,
@@ -179,12 +196,18 @@ def main() -> int:
     }
     print(f"\n--- process tree memory ({memory.samples} samples every {args.every} s) ---")
     for p in report["processes"]:
-        print(f"{p['pid']:>8}  {p['role']:<16} peak RSS {p['peak_rss_bytes'] / 2**20:8.0f} MiB  {p['command'][:70]}")
-    print(f"sum of peak RSS {report['sum_of_peak_rss_bytes'] / 2**30:.2f} GiB; largest simultaneous RSS "
-          f"{memory.peak_rss_sum / 2**30:.2f} GiB, PSS {memory.peak_pss_sum / 2**30:.2f} GiB")
-    print(f"loop started after {report['seconds_to_loop_start']} s, first step done after "
-          f"{report['seconds_to_first_step_done']} s; exit status {status}"
-          + (f" (SIGKILL after step {killed[0]})" if killed else ""))
+        print(
+            f"{p['pid']:>8}  {p['role']:<16} peak RSS {p['peak_rss_bytes'] / 2**20:8.0f} MiB  {p['command'][:70]}"
+        )
+    print(
+        f"sum of peak RSS {report['sum_of_peak_rss_bytes'] / 2**30:.2f} GiB; largest simultaneous RSS "
+        f"{memory.peak_rss_sum / 2**30:.2f} GiB, PSS {memory.peak_pss_sum / 2**30:.2f} GiB"
+    )
+    print(
+        f"loop started after {report['seconds_to_loop_start']} s, first step done after "
+        f"{report['seconds_to_first_step_done']} s; exit status {status}"
+        + (f" (SIGKILL after step {killed[0]})" if killed else "")
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return status

@@ -52,7 +52,9 @@ def prepare(out: Path, data_dir: str | None) -> None:
         for position in tqdm(range(len(labels)), desc=f"{split} PNGs", unit="img", mininterval=2.0):
             pixels = images[position, 0].numpy()
             Image.fromarray(pixels, "L").save(folders[int(labels[position])] / f"{position:05d}.png")
-        print(f"{split}: {len(labels)} images from {dataset.source}, sorted by class, in {out}/memory and {out}/folder")
+        print(
+            f"{split}: {len(labels)} images from {dataset.source}, sorted by class, in {out}/memory and {out}/folder"
+        )
 
 
 def losses(run: Path, last: int | None = None) -> dict[int, float]:
@@ -80,8 +82,10 @@ def compare(runs: list[Path], step: int | None = None) -> None:
             torch.equal(found_weights[k], reference_weights[k]) for k in reference_weights
         )
         at = "final" if step is None else f"step {step}"
-        line = (f"{run}: {len(steps)} losses vs {runs[0].name}: {verdict}, largest difference {largest:.3g}; "
-                f"{at} weights {'bitwise equal' if same_weights else 'differ'}")
+        line = (
+            f"{run}: {len(steps)} losses vs {runs[0].name}: {verdict}, largest difference {largest:.3g}; "
+            f"{at} weights {'bitwise equal' if same_weights else 'differ'}"
+        )
         report = run / "report.json"
         if step is None and report.is_file():
             summary = json.loads(report.read_text())
@@ -90,14 +94,20 @@ def compare(runs: list[Path], step: int | None = None) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("prepare", help="write the class-sorted IDX copy and the PNG ImageFolder")
     p.add_argument("out", type=Path)
-    p.add_argument("--data-dir", default=None, help="where the Fashion-MNIST IDX files are (default: vitkit's search)")
+    p.add_argument(
+        "--data-dir", default=None, help="where the Fashion-MNIST IDX files are (default: vitkit's search)"
+    )
     c = sub.add_parser("compare", help="compare the training losses and weights of runs against the first")
     c.add_argument("runs", type=Path, nargs="+")
-    c.add_argument("--step", type=int, default=None, help="compare up to this step's checkpoint (default: the end)")
+    c.add_argument(
+        "--step", type=int, default=None, help="compare up to this step's checkpoint (default: the end)"
+    )
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.data_dir)

@@ -21,7 +21,9 @@ from vitkit.flops import count_flops
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default="ViT-S/16")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=4)
@@ -41,13 +43,24 @@ def main() -> None:
 
     candidates = {}
     for n in (1, 2):
-        candidates[f"{args.model} x{args.batch_size}, {n} thread(s)"] = (with_threads(n, lambda: model(x)), flops)
+        candidates[f"{args.model} x{args.batch_size}, {n} thread(s)"] = (
+            with_threads(n, lambda: model(x)),
+            flops,
+        )
         candidates[f"GEMM 2048^3, {n} thread(s)"] = (with_threads(n, gemm), gemm_flops)
     results = alternate({k: fn for k, (fn, _) in candidates.items()}, rounds=args.rounds)
-    print(format_table([
-        {"candidate": name, "wall s (median)": results[name].median, "GFLOP/s": work / results[name].median / 1e9}
-        for name, (_, work) in candidates.items()
-    ]))
+    print(
+        format_table(
+            [
+                {
+                    "candidate": name,
+                    "wall s (median)": results[name].median,
+                    "GFLOP/s": work / results[name].median / 1e9,
+                }
+                for name, (_, work) in candidates.items()
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

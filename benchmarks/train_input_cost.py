@@ -17,15 +17,24 @@ from vitkit.data import global_batch_indices
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--config", default=None, help="recipe (TOML) whose crop and flip to time (default: the default)")
+    parser.add_argument(
+        "--config", default=None, help="recipe (TOML) whose crop and flip to time (default: the default)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     workload = Workload.load(recipe=args.config)
-    config, dataset, model, transform = workload.config, workload.dataset, workload.model, workload.transform()
+    config, dataset, model, transform = (
+        workload.config,
+        workload.dataset,
+        workload.model,
+        workload.transform(),
+    )
     batch_size = config.train.batch_size
     step = [0]
 
@@ -36,7 +45,9 @@ def main() -> None:
 
     loader = torch.utils.data.DataLoader(
         TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip),
-        batch_size=batch_size, shuffle=True, num_workers=0,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=0,
     )
     batches = [iter(loader)]
 
@@ -48,14 +59,27 @@ def main() -> None:
             next(batches[0])
 
     results = alternate(
-        {"engine: TrainTransform (batched)": engine_batch, "DataLoader + torchvision v2 per sample": dataloader_batch},
-        rounds=args.rounds, iters=3, clock=args.clock,
+        {
+            "engine: TrainTransform (batched)": engine_batch,
+            "DataLoader + torchvision v2 per sample": dataloader_batch,
+        },
+        rounds=args.rounds,
+        iters=3,
+        clock=args.clock,
     )
     pipeline = f"input pipeline ({args.threads} thread(s), {args.clock} clock)"
-    print(format_table([
-        {pipeline: name, f"ms per batch of {batch_size}": 1000 * r.median, "images/s": batch_size / r.median}
-        for name, r in results.items()
-    ]))
+    print(
+        format_table(
+            [
+                {
+                    pipeline: name,
+                    f"ms per batch of {batch_size}": 1000 * r.median,
+                    "images/s": batch_size / r.median,
+                }
+                for name, r in results.items()
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

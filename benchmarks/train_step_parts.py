@@ -19,7 +19,9 @@ from vitkit.train.recipe import RunConfig
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     parser.add_argument("--rounds", type=int, default=7)
@@ -33,7 +35,11 @@ def main() -> None:
     def variant(optimizer_kwargs: dict | None, clip: str | None):
         torch.manual_seed(0)
         model = vitkit.create_model(config.model.name, num_classes=10, **config.model.overrides).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs) if optimizer_kwargs is not None else None
+        opt = (
+            torch.optim.AdamW(model.parameters(), lr=1e-3, **optimizer_kwargs)
+            if optimizer_kwargs is not None
+            else None
+        )
 
         def steps() -> None:
             for _ in range(args.steps):
@@ -56,11 +62,21 @@ def main() -> None:
     }
     results = alternate(candidates, rounds=args.rounds, clock=args.clock)
     base = "forward + backward only"
-    setting = f"{args.threads} thread(s), {args.clock} clock, {args.steps} steps of batch {config.train.batch_size}"
-    print(format_table([
-        {setting: name, "median s": r.median, "time vs forward + backward": 1 / paired_ratio(results, name, base)}
-        for name, r in results.items()
-    ]))
+    setting = (
+        f"{args.threads} thread(s), {args.clock} clock, {args.steps} steps of batch {config.train.batch_size}"
+    )
+    print(
+        format_table(
+            [
+                {
+                    setting: name,
+                    "median s": r.median,
+                    "time vs forward + backward": 1 / paired_ratio(results, name, base),
+                }
+                for name, r in results.items()
+            ]
+        )
+    )
 
 
 if __name__ == "__main__":

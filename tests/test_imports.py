@@ -125,7 +125,8 @@ def shortest_cycle(component: set[str], graph: dict[str, set[str]]) -> list[str]
 def test_no_import_cycle_among_vitkit_modules() -> None:
     graph, _ = imports_of(module_files(SRC, PACKAGE))
     found = [
-        " -> ".join(shortest_cycle(tangle, graph)) + f"  ({len(tangle)} modules tangled: {', '.join(sorted(tangle))})"
+        " -> ".join(shortest_cycle(tangle, graph))
+        + f"  ({len(tangle)} modules tangled: {', '.join(sorted(tangle))})"
         for tangle in tangles(graph)
     ]
     assert not found, "import cycles:\n" + "\n".join(found)
@@ -133,7 +134,9 @@ def test_no_import_cycle_among_vitkit_modules() -> None:
 
 def test_every_vitkit_import_is_at_module_top() -> None:
     _, nested = imports_of(module_files(SRC, PACKAGE))
-    assert not nested, "vitkit imports inside functions or blocks (move them to the top):\n" + "\n".join(nested)
+    assert not nested, "vitkit imports inside functions or blocks (move them to the top):\n" + "\n".join(
+        nested
+    )
 
 
 def test_the_checks_find_a_cycle_and_a_nested_import(tmp_path: Path) -> None:

@@ -16,8 +16,20 @@ from vitkit.weights import (  # timm / transformers are imported only inside fro
 )
 
 __all__ = [
-    "ResNetConfig", "ViTConfig", "build_model", "create_model", "list_models", "model_config",
-    "export_npz", "from_hf", "from_pretrained", "from_timm", "load_weights", "save_pretrained", "to_hf", "to_timm",
+    "ResNetConfig",
+    "ViTConfig",
+    "build_model",
+    "create_model",
+    "list_models",
+    "model_config",
+    "export_npz",
+    "from_hf",
+    "from_pretrained",
+    "from_timm",
+    "load_weights",
+    "save_pretrained",
+    "to_hf",
+    "to_timm",
 ]
 try:
     __version__ = importlib.metadata.version("vitkit")  # pyproject.toml's [project] version, once installed

@@ -42,7 +42,9 @@ MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
 CPUINFO = Path("/proc/cpuinfo")
 
-Step = Callable[[torch.dtype | None], object]  # one call of the measured work at an autocast dtype (None: fp32)
+Step = Callable[
+    [torch.dtype | None], object
+]  # one call of the measured work at an autocast dtype (None: fp32)
 
 _measured: dict[Hashable, tuple[float, float]] = {}  # key -> (fp32 seconds, bf16 seconds), per process
 
@@ -66,7 +68,11 @@ class Precision:
 
     def record(self) -> dict[str, str]:
         """The report.json fields."""
-        return {"precision": self.name, "precision_reason": self.reason, "device": describe_device(self.device)}
+        return {
+            "precision": self.name,
+            "precision_reason": self.reason,
+            "device": describe_device(self.device),
+        }
 
     def __str__(self) -> str:
         return f"{self.name} ({self.reason})"
@@ -128,20 +134,28 @@ def choose_precision(
             return Precision("bf16", "auto: CUDA device with bf16 support", device)
         return Precision("fp32", "auto: this CUDA device has no bf16 support", device)
     if device.type != "cpu":
-        return Precision("fp32", f"auto: bf16 autocast is used on CUDA and CPU only, not {device.type}", device)
+        return Precision(
+            "fp32", f"auto: bf16 autocast is used on CUDA and CPU only, not {device.type}", device
+        )
     units = native_bf16_units()
     if not units:
         return Precision(
-            "fp32", f"auto: this CPU has no native bf16 matrix units ({' / '.join(NATIVE_BF16_FLAGS)} not in "
-            "its flags), so bf16 would be emulated and slower", device
+            "fp32",
+            f"auto: this CPU has no native bf16 matrix units ({' / '.join(NATIVE_BF16_FLAGS)} not in "
+            "its flags), so bf16 would be emulated and slower",
+            device,
         )
     if measure is None:
         return Precision("bf16", f"auto: CPU with {' and '.join(units)} (not measured)", device)
     fp32_s, bf16_s = measured_seconds(measure, key)
     timing = f"{bf16_s * 1e3:.4g} ms bf16 vs {fp32_s * 1e3:.4g} ms fp32 per call of {what}"
     if bf16_s < fp32_s:
-        return Precision("bf16", f"auto: CPU with {' and '.join(units)}, bf16 measured faster: {timing}", device)
-    return Precision("fp32", f"auto: CPU with {' and '.join(units)}, but bf16 measured slower: {timing}", device)
+        return Precision(
+            "bf16", f"auto: CPU with {' and '.join(units)}, bf16 measured faster: {timing}", device
+        )
+    return Precision(
+        "fp32", f"auto: CPU with {' and '.join(units)}, but bf16 measured slower: {timing}", device
+    )
 
 
 def measured_seconds(measure: Step, key: Hashable | None = None) -> tuple[float, float]:
@@ -186,13 +200,19 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
             model(example[0])
 
     key = ("inference", model_signature(model), shape, str(device))
-    return choose_precision(precision, device, measure=forward, key=key, what=f"a forward pass at batch {shape[0]}")
+    return choose_precision(
+        precision, device, measure=forward, key=key, what=f"a forward pass at batch {shape[0]}"
+    )
 
 
-def add_precision_argument(parser: argparse.ArgumentParser, default: str | None = "auto", what: str = "") -> None:
+def add_precision_argument(
+    parser: argparse.ArgumentParser, default: str | None = "auto", what: str = ""
+) -> None:
     """The `--precision auto|bf16|fp32` flag of every command."""
     parser.add_argument(
-        "--precision", choices=PRECISIONS, default=default,
+        "--precision",
+        choices=PRECISIONS,
+        default=default,
         help=f"{what}bf16 autocast or float32; 'auto' picks bf16 on CUDA, and on CPUs with native bf16 units "
         "(amx_bf16 / avx512_bf16) when a short measurement finds it faster (docs/PRECISION.md)",
     )
@@ -207,4 +227,3 @@ def _emulated_note(precision: str, device: torch.device) -> str:
     if precision == "bf16" and device.type == "cpu" and not native_bf16_units():
         return "; this CPU has no native bf16 matrix units, so bf16 is emulated and likely slower than fp32"
     return ""
-

@@ -46,7 +46,9 @@ def test_gemm_candidate_counts_flops():
 def test_peak_of_events_is_the_high_water_mark_of_the_running_sum():
     events = [(3, -100), (1, 100), (2, 50), (4, 200), (5, -250)]
     assert memory.peak_of_events(events) == 250  # in time order: 100, 150, 50, 250, 0
-    assert memory.peak_of_events([(1, -10), (2, 5)]) == 0  # frees of memory allocated before never go negative-peak
+    assert (
+        memory.peak_of_events([(1, -10), (2, 5)]) == 0
+    )  # frees of memory allocated before never go negative-peak
 
 
 def test_peak_allocated_bytes_sees_cpu_tensors():
@@ -81,7 +83,9 @@ def test_resident_bytes_counts_parameters_and_optimizer_state_once():
 
 
 # importing transformers takes seconds: that case runs with the slow tests
-@pytest.mark.parametrize("peer", ["timm", pytest.param("transformers", marks=pytest.mark.slow), "torchvision"])
+@pytest.mark.parametrize(
+    "peer", ["timm", pytest.param("transformers", marks=pytest.mark.slow), "torchvision"]
+)
 def test_peers_get_identical_weights_and_compute_the_same_logits(peer):
     torch.manual_seed(0)
     model = vitkit.create_model("ViT-B/16", **TINY).eval()
@@ -104,7 +108,10 @@ def test_peers_refuse_what_they_cannot_express():
 
 
 def test_format_table():
-    rows = [{"implementation": "vitkit", "images/s": 4.3, "MFU": 0.951, "vs vitkit": 1.0}, {"implementation": "gemm"}]
+    rows = [
+        {"implementation": "vitkit", "images/s": 4.3, "MFU": 0.951, "vs vitkit": 1.0},
+        {"implementation": "gemm"},
+    ]
     table = format_table(rows).splitlines()
     assert table[0] == "| implementation | images/s | MFU | vs vitkit |"
     assert table[2] == "| vitkit | 4.3 | 95.1% | 1.000 |"
@@ -130,8 +137,23 @@ def test_peak_memory_sees_the_activations_gradient_checkpointing_saves():
 def test_bench_command_runs_end_to_end(capsys):
     from vitkit.cli import main
 
-    code = main(["bench", "inference", "--model", "ViT-S/16", "--img-size", "32", "--batch-size", "2",
-                 "--rounds", "1", "--peers", "timm", "--quiet"])
+    code = main(
+        [
+            "bench",
+            "inference",
+            "--model",
+            "ViT-S/16",
+            "--img-size",
+            "32",
+            "--batch-size",
+            "2",
+            "--rounds",
+            "1",
+            "--peers",
+            "timm",
+            "--quiet",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert "| ViT-S/16 | 2 | vitkit |" in out and "| ViT-S/16 | 2 | timm |" in out and "GEMM 2048^3" in out

@@ -18,7 +18,8 @@ def folder(tmp_path_factory):
         for i in range(6):
             mode = "RGB" if i % 2 else "L"
             Image.new(mode, (40 + 4 * i, 36), color=30 * i if mode == "L" else (30 * i, 20, 200)).save(
-                root / "train" / f"c{label}" / f"{i}.png")
+                root / "train" / f"c{label}" / f"{i}.png"
+            )
     return root
 
 
@@ -32,8 +33,9 @@ def test_both_pipelines_give_batches_of_the_size_in_minus_one_to_one(folder, mak
 
 @pytest.mark.slow  # times ViT-Ti/16 training steps against both pipelines, two rounds
 def test_rows_compare_vitkit_to_torchvision_and_training_per_round(folder):
-    rows = data.data_vs_training(folder, [0], ["ViT-Ti/16"], img_size=32, batch_size=4, train_batch_size=2,
-                                 rounds=2, batches=1)
+    rows = data.data_vs_training(
+        folder, [0], ["ViT-Ti/16"], img_size=32, batch_size=4, train_batch_size=2, rounds=2, batches=1
+    )
     by_name = {(r["candidate"], r.get("against")): r for r in rows}
     timed = [r for r in rows if "images/s" in r]
     assert len(timed) == 3 and all(r["images/s"] > 0 for r in timed)

@@ -67,9 +67,17 @@ def test_every_candidate_runs_in_its_own_processes_and_is_reported(recipe):
     gemm = rows[-1]["GFLOP/s"]
     for row in rows[:-1]:
         assert row["images/s"] > 0 and row["MFU"] == pytest.approx(row["GFLOP/s"] / gemm, rel=1e-9)
-        for peer in ("same data", "same data, freed memory kept", "DataLoader", "DataLoader, freed memory kept"):
+        for peer in (
+            "same data",
+            "same data, freed memory kept",
+            "DataLoader",
+            "DataLoader, freed memory kept",
+        ):
             expected = row["images/s"] / speed[f"timm, plain loop ({peer})"]
-            assert row[f"vs timm ({peer})"] == pytest.approx(expected, rel=1e-9), (row["implementation"], peer)
+            assert row[f"vs timm ({peer})"] == pytest.approx(expected, rel=1e-9), (
+                row["implementation"],
+                peer,
+            )
 
 
 def test_bench_train_has_no_cpu_clock(capsys):

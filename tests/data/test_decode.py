@@ -100,7 +100,9 @@ def test_a_decompression_bomb_costs_nothing(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(bomb) < 60_000
     monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: pytest.fail("pixels were decoded"))
     start = time.perf_counter()
-    with pytest.raises(ImageDecodeError, match=r"bomb.png: 13000x13000 = 169,000,000 pixels is above the limit"):
+    with pytest.raises(
+        ImageDecodeError, match=r"bomb.png: 13000x13000 = 169,000,000 pixels is above the limit"
+    ):
         decode_image(bomb, name="bomb.png")
     with pytest.raises(ImageDecodeError, match="above the limit"):
         image_size(bomb, name="bomb.png")

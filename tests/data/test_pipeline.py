@@ -31,7 +31,12 @@ def test_ranks_and_workers_cover_every_index_once_per_epoch(folder, world_size, 
     seen = {epoch: [] for epoch in range(2)}
     for rank in range(world_size):
         for batch in batches(source, rank=rank, world_size=world_size, stop=2 * per_epoch):
-            assert len(batch.indices) == 12 // world_size and batch.images.shape == (12 // world_size, 1, 28, 28)
+            assert len(batch.indices) == 12 // world_size and batch.images.shape == (
+                12 // world_size,
+                1,
+                28,
+                28,
+            )
             assert torch.equal(batch.labels, source.labels[batch.indices])
             seen[batch.step // per_epoch] += batch.indices.tolist()
     for indices in seen.values():
@@ -50,7 +55,9 @@ def test_batches_do_not_depend_on_workers_or_the_resume_step(folder):
 def test_folder_batches_equal_the_same_images_in_memory(folder, crop):
     lazy = FolderSource(folder, "train", workers=int(crop == "inception"))  # workers change nothing (above)
     memory = in_memory(lazy, channels=1)  # the model of `batches` has one channel
-    for a, b in zip(batches(lazy, crop=crop, stop=6, size=40), batches(memory, crop=crop, stop=6, size=40), strict=True):
+    for a, b in zip(
+        batches(lazy, crop=crop, stop=6, size=40), batches(memory, crop=crop, stop=6, size=40), strict=True
+    ):
         assert torch.equal(a.indices, b.indices) and torch.equal(a.labels, b.labels)
         assert torch.equal(a.images, b.images)
 
@@ -66,8 +73,12 @@ def test_eval_batches_equal_the_same_images_in_memory(folder):
 
 def test_few_shot_reads_a_folder_as_the_same_images_in_memory(folder):
     train, test = FolderSource(folder, "train"), FolderSource(folder, "test")
-    model = create_model("ViT-Ti/16", img_size=32, patch_size=8, hidden_size=32, depth=1, num_heads=2, mlp_dim=64)
+    model = create_model(
+        "ViT-Ti/16", img_size=32, patch_size=8, hidden_size=32, depth=1, num_heads=2, mlp_dim=64
+    )
     lazy = FewShotEvaluator(train, test, shots=(2,), seeds=1)
     memory = FewShotEvaluator(in_memory(train, channels=3), in_memory(test, channels=3), shots=(2,), seeds=1)
-    assert torch.equal(lazy.train_images, memory.train_images) and torch.equal(lazy.test_images, memory.test_images)
+    assert torch.equal(lazy.train_images, memory.train_images) and torch.equal(
+        lazy.test_images, memory.test_images
+    )
     assert lazy(model) == memory(model)

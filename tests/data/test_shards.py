@@ -60,7 +60,9 @@ def test_each_sample_is_augmented_as_in_memory(shards):
     for batch in stream(source, per_epoch + 2):
         epoch = batch.step // per_epoch
         assert torch.equal(batch.labels, memory.labels[batch.indices])
-        assert torch.equal(batch.images, TRANSFORM.augment(memory.images[batch.indices], batch.indices, epoch))
+        assert torch.equal(
+            batch.images, TRANSFORM.augment(memory.images[batch.indices], batch.indices, epoch)
+        )
 
 
 def test_evaluation_reads_every_test_image_once_in_order(shards):
@@ -79,7 +81,9 @@ def test_a_shard_that_ends_early_is_one_line(shards, tmp_path):
     with tarfile.open(first, "w") as tar:
         for member, data in members:
             tar.addfile(member, io.BytesIO(data))
-    with pytest.raises(ValueError, match=r"train-000000.tar: shard ends after 2 of the 5 images dataset.json lists"):
+    with pytest.raises(
+        ValueError, match=r"train-000000.tar: shard ends after 2 of the 5 images dataset.json lists"
+    ):
         stream(ShardSource(broken, "train"), 5)
 
 

@@ -21,16 +21,33 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 def environment() -> dict[str, str]:
     # CPU only: on a machine with GPUs the ranks would otherwise each ask for cuda:LOCAL_RANK
     env = {**os.environ, "VITKIT_EMBEDDED": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT"):
+    for name in (
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RESTART_COUNT",
+    ):
         env.pop(name, None)
     return env
 
 
-def torchrun(args: list[str], cwd: Path, *, nproc: int = 2, launcher: tuple[str, ...] = ()) -> subprocess.Popen:
+def torchrun(
+    args: list[str], cwd: Path, *, nproc: int = 2, launcher: tuple[str, ...] = ()
+) -> subprocess.Popen:
     """`torchrun --standalone --nproc_per_node N vitkit ...` on CPU, output captured."""
     if not TORCHRUN.is_file() or not torch.distributed.is_available():
         pytest.skip("torchrun / torch.distributed is not available")
-    command = [str(TORCHRUN), "--standalone", f"--nproc_per_node={nproc}", *launcher, "-m", "vitkit.cli", *args]
+    command = [
+        str(TORCHRUN),
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        *launcher,
+        "-m",
+        "vitkit.cli",
+        *args,
+    ]
     return subprocess.Popen(
         command, cwd=cwd, env=environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

@@ -65,7 +65,9 @@ def test_ddp_on_two_processes_trains_like_one_process(runs):
     report = json.loads((ddp / "report.json").read_text())
     assert report["world_size"] == 2 and report["steps"] == STEPS
     assert json.loads((single / "report.json").read_text())["world_size"] == 1
-    assert report["test_top1"] == pytest.approx(json.loads((single / "report.json").read_text())["test_top1"], abs=0.01)
+    assert report["test_top1"] == pytest.approx(
+        json.loads((single / "report.json").read_text())["test_top1"], abs=0.01
+    )
     assert sorted(p.name for p in ddp.parent.iterdir()) == ["ddp", "fsdp", "single"]  # one run directory each
 
 
@@ -88,7 +90,10 @@ def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny, monkeypat
     run = tmp_path / "self_launched"
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    assert cli.main(["train", "--out", str(run), *CHECKPOINTS, *tiny, "train.strategy=ddp", "train.processes=2"]) == 0
+    assert (
+        cli.main(["train", "--out", str(run), *CHECKPOINTS, *tiny, "train.strategy=ddp", "train.processes=2"])
+        == 0
+    )
     assert json.loads((run / "report.json").read_text())["world_size"] == 2
     assert losses(run) == pytest.approx(losses(ddp), rel=1e-6)
     assert "processes = 2" in (run / "config.toml").read_text()

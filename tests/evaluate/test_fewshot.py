@@ -126,8 +126,16 @@ def test_25_shot_10_classes_solves_well_under_a_second():
 def tiny_vit(num_classes: int = 4) -> torch.nn.Module:
     torch.manual_seed(0)
     return vitkit.create_model(
-        "ViT-Ti/16", img_size=16, patch_size=8, in_chans=1, num_classes=num_classes,
-        hidden_size=16, depth=1, num_heads=2, mlp_dim=32, dropout=0.1,
+        "ViT-Ti/16",
+        img_size=16,
+        patch_size=8,
+        in_chans=1,
+        num_classes=num_classes,
+        hidden_size=16,
+        depth=1,
+        num_heads=2,
+        mlp_dim=32,
+        dropout=0.1,
     )
 
 
@@ -167,8 +175,13 @@ def test_evaluator_matches_fewshot_eval_on_all_features():
     assert set(metrics) == {"fewshot_1shot", "fewshot_1shot_std", "fewshot_5shot", "fewshot_5shot_std"}
     assert model.training and all(p.grad is None for p in model.parameters())
     full = fewshot_eval(
-        extract_features(model, train.images), train.labels.numpy(), extract_features(model, test.images),
-        test.labels.numpy(), 4, shots=(1, 5), seeds=2,
+        extract_features(model, train.images),
+        train.labels.numpy(),
+        extract_features(model, test.images),
+        test.labels.numpy(),
+        4,
+        shots=(1, 5),
+        seeds=2,
     )
     assert metrics["fewshot_5shot"] == pytest.approx(full["shots"]["5"]["mean"])
     assert metrics["fewshot_1shot"] == pytest.approx(full["shots"]["1"]["mean"])
@@ -188,8 +201,15 @@ def weights_dir(tmp_path, monkeypatch):
     from vitkit.storage import save_pretrained
 
     model = vitkit.create_model(
-        "ViT-Ti/16", img_size=28, patch_size=14, in_chans=1, num_classes=10,
-        hidden_size=16, depth=1, num_heads=2, mlp_dim=32,
+        "ViT-Ti/16",
+        img_size=28,
+        patch_size=14,
+        in_chans=1,
+        num_classes=10,
+        hidden_size=16,
+        depth=1,
+        num_heads=2,
+        mlp_dim=32,
     )
     save_pretrained(model, tmp_path / "w")
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")

@@ -116,7 +116,11 @@ def test_cli_writes_figures_and_json(inspected, capsys):
         assert reason in skipped[path]
     assert summary["position_embedding"]["applicable"] is True
     assert len(summary["filter_components"]["explained_variance_ratio"]) == 28
-    assert summary["device"] == "cpu" and summary["precision"] in ("bf16", "fp32") and summary["precision_reason"]
+    assert (
+        summary["device"] == "cpu"
+        and summary["precision"] in ("bf16", "fp32")
+        and summary["precision_reason"]
+    )
 
 
 def test_cli_distance_equals_api(inspected):

@@ -29,7 +29,9 @@ def test_downsized_target_predicts_every_cell():
 def test_grayscale_degenerates_to_grey_levels():
     image = torch.linspace(-1, 1, 8).repeat_interleave(4).view(1, 1, 1, 32).expand(1, 1, 4, 32)
     assert patch_targets(image, 4, "mean_color").tolist() == [list(range(8))]
-    mpp = MaskedPatchPrediction(vitkit.create_model("ViT-Ti/16", img_size=32, patch_size=4, in_chans=1, depth=1))
+    mpp = MaskedPatchPrediction(
+        vitkit.create_model("ViT-Ti/16", img_size=32, patch_size=4, in_chans=1, depth=1)
+    )
     assert mpp.head.out_features == 8
 
 
@@ -53,7 +55,9 @@ def test_corruption_statistics_are_50_percent_and_80_10_10():
 @pytest.mark.parametrize("target", ["mean_color", "downsized", "pixels"])
 def test_a_short_run_learns(target):
     torch.manual_seed(0)
-    vit = vitkit.create_model("ViT-Ti/16", img_size=32, patch_size=8, depth=2, hidden_size=48, num_heads=3, mlp_dim=96)
+    vit = vitkit.create_model(
+        "ViT-Ti/16", img_size=32, patch_size=8, depth=2, hidden_size=48, num_heads=3, mlp_dim=96
+    )
     mpp = MaskedPatchPrediction(vit, target=target)
     images = torch.rand(8, 3, 1, 1).expand(8, 3, 32, 32) * 2 - 1  # flat colours: learnable from context
     optimizer = torch.optim.AdamW(mpp.parameters(), lr=3e-3)

@@ -13,7 +13,9 @@ from vitkit.models.posemb import (
 )
 
 
-@pytest.mark.parametrize("old, new", [((14, 14), (24, 24)), ((14, 14), (24, 32)), ((24, 32), (14, 14)), ((4, 6), (7, 3))])
+@pytest.mark.parametrize(
+    "old, new", [((14, 14), (24, 24)), ((14, 14), (24, 32)), ((24, 32), (14, 14)), ((4, 6), (7, 3))]
+)
 def test_bilinear_resample_equals_scipy_zoom_order_1(old, new):
     grid = torch.randn(*old, 8, dtype=torch.float64)
     expected = ndimage.zoom(grid.numpy(), (new[0] / old[0], new[1] / old[1], 1), order=1)
@@ -26,8 +28,9 @@ def test_class_token_row_is_kept_and_grid_rows_resampled():
     out = resample_position_embedding(posemb, 1, (4, 6), (8, 9))
     assert out.shape == (1, 1 + 72, 5)
     torch.testing.assert_close(out[:, 0], posemb[:, 0])
-    torch.testing.assert_close(out[0, 1:].reshape(8, 9, 5)[[0, -1]][:, [0, -1]],
-                               posemb[0, 1:].reshape(4, 6, 5)[[0, -1]][:, [0, -1]])  # corners aligned
+    torch.testing.assert_close(
+        out[0, 1:].reshape(8, 9, 5)[[0, -1]][:, [0, -1]], posemb[0, 1:].reshape(4, 6, 5)[[0, -1]][:, [0, -1]]
+    )  # corners aligned
 
 
 def test_bicubic_is_available_and_different():
@@ -38,7 +41,9 @@ def test_bicubic_is_available_and_different():
 
 
 def test_wrong_table_size_is_named():
-    with pytest.raises(ValueError, match=r"does not fit grid \(4, 4\) with 1 prefix token\(s\): expected \[1, 17, D\]"):
+    with pytest.raises(
+        ValueError, match=r"does not fit grid \(4, 4\) with 1 prefix token\(s\): expected \[1, 17, D\]"
+    ):
         resample_position_embedding(torch.randn(1, 20, 8), 1, (4, 4), (6, 6))
 
 

@@ -23,8 +23,15 @@ def test_parameter_counts_match_the_official_code(name, count):
     assert count_parameters(vitkit.create_model(name, device="meta")) == count
 
 
-@pytest.mark.parametrize("paper, timm", [("ViT-B/16", "vit_base_patch16_224"), ("ViT-H/14", "vit_huge_patch14_224"),
-                                         ("R50+ViT-B/16", "vit_base_r50_s16_224"), ("R50x1", "resnetv2_50x1_bit")])
+@pytest.mark.parametrize(
+    "paper, timm",
+    [
+        ("ViT-B/16", "vit_base_patch16_224"),
+        ("ViT-H/14", "vit_huge_patch14_224"),
+        ("R50+ViT-B/16", "vit_base_r50_s16_224"),
+        ("R50x1", "resnetv2_50x1_bit"),
+    ],
+)
 def test_paper_and_timm_names_resolve_to_the_same_config(paper, timm):
     assert vitkit.model_config(paper) == vitkit.model_config(timm)
     assert vitkit.model_config(paper.lower()) == vitkit.model_config(paper)
@@ -33,7 +40,12 @@ def test_paper_and_timm_names_resolve_to_the_same_config(paper, timm):
 def test_list_models_matches_both_styles():
     assert "ViT-B/16" in vitkit.list_models()
     assert vitkit.list_models("vit_base_patch16*") == ["ViT-B/16"]
-    assert set(vitkit.list_models("R50+*")) == {"R50+ViT-B/16", "R50+ViT-L/16", "R50+ViT-B/32", "R50+ViT-L/32"}
+    assert set(vitkit.list_models("R50+*")) == {
+        "R50+ViT-B/16",
+        "R50+ViT-L/16",
+        "R50+ViT-B/32",
+        "R50+ViT-L/32",
+    }
     assert {"R50x1", "R50x2", "R101x1", "R152x1", "R152x2", "R200x3"} <= set(vitkit.list_models("R*x*"))
 
 
@@ -52,7 +64,12 @@ def test_every_variant_builds_and_runs_on_meta(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["ViT-Ti/16", pytest.param("R50+ViT-B/16", marks=pytest.mark.slow), pytest.param("R50x1", marks=pytest.mark.slow)]
+    "name",
+    [
+        "ViT-Ti/16",
+        pytest.param("R50+ViT-B/16", marks=pytest.mark.slow),
+        pytest.param("R50x1", marks=pytest.mark.slow),
+    ],
 )
 def test_small_real_forward(name):
     overrides = dict(img_size=64, num_classes=3)

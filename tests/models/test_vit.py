@@ -72,9 +72,11 @@ def test_gap_pools_the_mean_of_normalised_tokens():
 
 @pytest.mark.parametrize(
     "shape, message",
-    [((2, 1, 32, 32), r"expected input \[B, 3, H, W\], got \[2, 1, 32, 32\]"),
-     ((2, 3, 30, 32), r"input size \(30, 32\) is not divisible by the patch size 8"),
-     ((2, 3, 40, 40), r"differs from the model's img_size \(32, 32\)")],
+    [
+        ((2, 1, 32, 32), r"expected input \[B, 3, H, W\], got \[2, 1, 32, 32\]"),
+        ((2, 3, 30, 32), r"input size \(30, 32\) is not divisible by the patch size 8"),
+        ((2, 3, 40, 40), r"differs from the model's img_size \(32, 32\)"),
+    ],
 )
 def test_bad_input_names_expected_and_actual(shape, message):
     with pytest.raises(ValueError, match=message):
@@ -132,7 +134,10 @@ def test_reset_classifier_is_zero_initialised():
 def test_no_weight_decay_names_biases_norms_posemb_and_cls():
     names = tiny().no_weight_decay()
     assert {"cls_token", "pos_embed.weight", "norm.weight", "blocks.0.attn.qkv.bias", "head.bias"} <= names
-    assert not {"blocks.0.attn.qkv.weight", "blocks.1.mlp.fc1.weight", "head.weight", "patch_embed.proj.weight"} & names
+    assert (
+        not {"blocks.0.attn.qkv.weight", "blocks.1.mlp.fc1.weight", "head.weight", "patch_embed.proj.weight"}
+        & names
+    )
 
 
 def test_stochastic_depth_follows_the_linear_rule():

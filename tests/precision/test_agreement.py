@@ -16,7 +16,9 @@ BF16_LOGIT_TOLERANCE = 0.02  # of the largest |logit|; measured up to 1.04% (cas
 BF16 = Precision("bf16", "asked for", torch.device("cpu"))
 
 
-@pytest.mark.parametrize("case", ["A", "B", "C", pytest.param("D", marks=pytest.mark.slow)])  # D: hybrid, ~5 s
+@pytest.mark.parametrize(
+    "case", ["A", "B", "C", pytest.param("D", marks=pytest.mark.slow)]
+)  # D: hybrid, ~5 s
 def test_official_logits_under_bf16_stay_within_the_tolerance(case):
     with np.load(DATA / f"{case}_io.npz") as io:
         x = torch.from_numpy(io["inputs"]).permute(0, 3, 1, 2).contiguous()
@@ -35,12 +37,22 @@ def test_bf16_predictions_agree_with_fp32_on_a_confident_model():
     """A small ViT with a head fitted to separate 10 classes of clustered images (as accurate as a trained model
     on easy data: >= 95% here): bf16 picks the same top-1 class as float32 for >= 99.5% of 400 images."""
     torch.manual_seed(0)
-    model = vitkit.create_model("ViT-S/16", img_size=32, patch_size=8, hidden_size=64, depth=2, num_heads=2,
-                                mlp_dim=128, num_classes=10).eval()
+    model = vitkit.create_model(
+        "ViT-S/16",
+        img_size=32,
+        patch_size=8,
+        hidden_size=64,
+        depth=2,
+        num_heads=2,
+        mlp_dim=128,
+        num_classes=10,
+    ).eval()
     labels = torch.arange(400) % 10
     x = torch.randn(10, 3, 32, 32)[labels] + torch.randn(400, 3, 32, 32)  # class prototypes plus noise
     with torch.no_grad():
-        features = torch.cat([model.forward_head(model.forward_features(x), pre_logits=True), torch.ones(400, 1)], 1)
+        features = torch.cat(
+            [model.forward_head(model.forward_features(x), pre_logits=True), torch.ones(400, 1)], 1
+        )
         head = torch.linalg.lstsq(features, nn.functional.one_hot(labels, 10).float()).solution
         model.head.weight.copy_(head[:-1].T)
         model.head.bias.copy_(head[-1])

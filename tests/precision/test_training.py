@@ -16,7 +16,9 @@ from .test_policy import AMX_LIKE
 
 
 def train(out, tiny, *extra) -> dict:
-    assert cli.main(["train", "--out", str(out), "--steps", "10", "--checkpoint-every", "5", *tiny, *extra]) == 0
+    assert (
+        cli.main(["train", "--out", str(out), "--steps", "10", "--checkpoint-every", "5", *tiny, *extra]) == 0
+    )
     return json.loads((out / "report.json").read_text())
 
 
@@ -33,8 +35,9 @@ def fake_measurement(monkeypatch, fp32_s: float, bf16_s: float, dtypes: list) ->
 
 
 def test_the_loss_is_float32_under_bf16_autocast():
-    model = create_model("ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2,
-                         mlp_dim=32, num_classes=3)
+    model = create_model(
+        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32, num_classes=3
+    )
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(torch.randn(2, 3, 16, 16))
         loss = classification_loss(logits, torch.tensor([0, 2]), "softmax", 0.1)
@@ -53,7 +56,9 @@ def test_auto_bf16_trains_float32_state_and_resumes_bitwise_with_its_choice(tmp_
     step = tmp_path / "reference" / "checkpoints" / "step_00000005"
     assert json.loads((step / "state.json").read_text())["precision"] == "bf16"
     weights = {**load_state_dict(step / "model.safetensors"), **load_state_dict(step / "ema.safetensors")}
-    assert {w.dtype for w in weights.values() if w.is_floating_point()} == {torch.float32}  # fp32 weights, EMA
+    assert {w.dtype for w in weights.values() if w.is_floating_point()} == {
+        torch.float32
+    }  # fp32 weights, EMA
     optimizer = torch.load(step / "optimizer.pt", weights_only=True)
     moments = [v for s in optimizer["state"].values() for v in s.values() if torch.is_tensor(v) and v.ndim]
     assert moments and {m.dtype for m in moments} == {torch.float32}

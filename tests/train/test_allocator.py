@@ -30,8 +30,13 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 10)
 
 
 def page_faults_per_step(mode: str) -> float:
-    env = {**os.environ, "VITKIT_EMBEDDED": "1"}  # the engine's training set: the subset shipped in the package
-    out = subprocess.run([sys.executable, "-c", LOOP, mode], capture_output=True, text=True, check=True, env=env)
+    env = {
+        **os.environ,
+        "VITKIT_EMBEDDED": "1",
+    }  # the engine's training set: the subset shipped in the package
+    out = subprocess.run(
+        [sys.executable, "-c", LOOP, mode], capture_output=True, text=True, check=True, env=env
+    )
     return float(out.stdout)
 
 

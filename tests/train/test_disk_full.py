@@ -48,7 +48,9 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_files
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "Traceback" not in error
     written = run / ckpt.CHECKPOINT_DIR / "step_00000004"
-    assert f"no space left on {storage.device_of(run)} writing {written}; last good checkpoint: step 2" in error
+    assert (
+        f"no space left on {storage.device_of(run)} writing {written}; last good checkpoint: step 2" in error
+    )
     assert not leftovers(run) and not written.exists()
     assert [p.name for p in ckpt.checkpoint_dirs(run)] == ["step_00000002"]
 

@@ -38,7 +38,9 @@ def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
     assert report["test_top1"] > 0.25 and report["steps"] == 60 and report["world_size"] == 1
     for key in ("images_per_second", "wall_seconds", "test_top5", "train_data"):
         assert key in report
-    assert report["device"] == "cpu" and report["precision"] in ("bf16", "fp32") and report["precision_reason"]
+    assert (
+        report["device"] == "cpu" and report["precision"] in ("bf16", "fp32") and report["precision_reason"]
+    )
     assert set(report["step_seconds"]) == {"data", "forward_backward", "optimizer"}
     assert f"precision {report['precision']} ({report['precision_reason']})" in printed
     for name in ("config.toml", "metrics.jsonl", "curves.png", "confusion.png", "final/model.safetensors"):
@@ -64,7 +66,17 @@ def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tm
 def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_head(trained, tmp_path, tiny):
     out, _ = trained
     tuned = tmp_path / "tuned"
-    args = ["finetune", "--weights", str(out), "--out", str(tuned), "--steps", "4", *tiny, "model.img_size=56"]
+    args = [
+        "finetune",
+        "--weights",
+        str(out),
+        "--out",
+        str(tuned),
+        "--steps",
+        "4",
+        *tiny,
+        "model.img_size=56",
+    ]
     assert cli.main([*args, "train.micro_batch_size=16", "train.ema_decay=0.9999"]) == 0
     config = read_config(tuned / "final")
     assert config["img_size"] == [56, 56] and config["hidden_size"] == 32
@@ -72,7 +84,9 @@ def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_hea
     assert 'name = "sgd"' in saved and f'weights = "{out}"' in saved
 
 
-def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch, tiny):
+def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
+    tmp_path, capsys, monkeypatch, tiny
+):
     real_loss, calls = engine.classification_loss, []
 
     def loss_that_explodes(*args, **kwargs):
@@ -129,11 +143,18 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
     write_gray_folder(tmp_path / "images", per_class=2)
     bad = tmp_path / "images" / "train" / "a" / "broken.png"
     bad.write_bytes(b"not a png")
-    args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=5"]  # the broken file is read
+    args = [
+        f"data.source=folder:{tmp_path / 'images'}",
+        *tiny,
+        "train.batch_size=5",
+    ]  # the broken file is read
     code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
     error = capsys.readouterr().err
     assert code == 2 and str(bad) in error and len(error.strip().splitlines()) == 1
-    assert cli.main(["train", "--out", str(tmp_path / "skip"), "--steps", "4", *args, "data.on_corrupt=skip"]) == 0
+    assert (
+        cli.main(["train", "--out", str(tmp_path / "skip"), "--steps", "4", *args, "data.on_corrupt=skip"])
+        == 0
+    )
     report = json.loads((tmp_path / "skip" / "report.json").read_text())
     assert [line.split(": ")[0] for line in report["skipped_images"]] == [str(bad)] * 4  # read each step
     assert f"skipped unreadable image {bad}" in capsys.readouterr().out + capsys.readouterr().err
@@ -155,7 +176,9 @@ def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkey
     write_gray_folder(tmp_path / "images", per_class=4)
     read = LazySource.read
 
-    def slow_read(self, index, channels=3):  # a slow disk: 30 ms per image, ~50x the tiny model's step per image
+    def slow_read(
+        self, index, channels=3
+    ):  # a slow disk: 30 ms per image, ~50x the tiny model's step per image
         time.sleep(0.03)
         return read(self, index, channels)
 

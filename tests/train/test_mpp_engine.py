@@ -31,7 +31,9 @@ def mpp_run(tmp_path_factory, tiny):
     out = tmp_path_factory.mktemp("mpp") / "run"
     overrides = [*tiny, *STATEFUL, *MPP, f"train.steps={STEPS}", "train.checkpoint_every=20"]
     threads = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as patch:  # module scope: the autouse fixtures of tiny_run do not apply yet
+    with (
+        pytest.MonkeyPatch.context() as patch
+    ):  # module scope: the autouse fixtures of tiny_run do not apply yet
         patch.setenv("VITKIT_EMBEDDED", "1")
         engine.train(apply_overrides(RunConfig(), overrides), out)
     torch.set_num_threads(threads)
@@ -42,7 +44,14 @@ def mpp_run(tmp_path_factory, tiny):
 def test_an_mpp_run_learns_and_reports_the_objective_and_few_shot_accuracy(mpp_run):
     out = mpp_run
     report = json.loads((out / "report.json").read_text())
-    for key in ("steps", "world_size", "images_per_second", "wall_seconds", "train_loss_first", "train_loss_last"):
+    for key in (
+        "steps",
+        "world_size",
+        "images_per_second",
+        "wall_seconds",
+        "train_loss_first",
+        "train_loss_last",
+    ):
         assert key in report, key
     assert report["objective"] == "mpp" and report["steps"] == STEPS and "test_top1" not in report
     assert report["train_loss_last"] < report["train_loss_first"] - 0.2  # from ln 8 = 2.08 (8 grey levels)
@@ -105,8 +114,11 @@ def test_an_mpp_resume_ends_bitwise_identical(mpp_run, tmp_path):
     with contextlib.redirect_stdout(io.StringIO()) as printed:
         assert cli.main(["train", "--out", str(resumed), "--resume"]) == 0
     assert "MPP test loss" in printed.getvalue() and "few-shot 1-shot" in printed.getvalue()
-    for name in ("final/model.safetensors", f"checkpoints/step_{STEPS:08d}/model.safetensors",
-                 f"checkpoints/step_{STEPS:08d}/ema.safetensors"):
+    for name in (
+        "final/model.safetensors",
+        f"checkpoints/step_{STEPS:08d}/model.safetensors",
+        f"checkpoints/step_{STEPS:08d}/ema.safetensors",
+    ):
         assert_bitwise_equal(resumed / name, reference / name)
     losses = [(r["step"], r["train_loss"]) for r in read_metrics(resumed) if "train_loss" in r]
     assert losses == [(r["step"], r["train_loss"]) for r in read_metrics(reference) if "train_loss" in r]
@@ -122,7 +134,9 @@ def test_train_subset_is_class_balanced_reproducible_and_sets_the_epoch(tmp_path
     assert torch.equal(subset.images, balanced_subset(dataset, 25, seed=3).images)
     assert not torch.equal(subset.images, balanced_subset(dataset, 25, seed=4).images)
     for size in (9, len(dataset) + 1):
-        with pytest.raises(ValueError, match=f"data.train_subset {size} must be between the number of classes"):
+        with pytest.raises(
+            ValueError, match=f"data.train_subset {size} must be between the number of classes"
+        ):
             balanced_subset(dataset, size)
     out = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()):
@@ -142,5 +156,7 @@ def test_mpp_refuses_resnet_weights(tmp_path):
     build_model(ResNetConfig(layers=(1,), in_chans=1, num_classes=0)).save_pretrained(tmp_path / "resnet")
     overrides = [f"model.weights={tmp_path / 'resnet'}", "train.objective=mpp"]
     config = apply_overrides(finetune_defaults(), overrides).validate()
-    with pytest.raises(ValueError, match="train.objective='mpp' needs a Vision Transformer; .* is a ResNetV2"):
+    with pytest.raises(
+        ValueError, match="train.objective='mpp' needs a Vision Transformer; .* is a ResNetV2"
+    ):
         engine.build_run_model(config, 10, None)

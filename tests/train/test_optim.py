@@ -41,7 +41,11 @@ def test_linear_warmup_then_decay_to_zero(schedule):
     optim = OptimSection(lr=1.0, warmup_steps=10, schedule=schedule)
     rates = [learning_rate(step, 110, optim) for step in range(110)]
     assert rates[:10] == pytest.approx([(i + 1) / 10 for i in range(10)])
-    assert rates[10] == 1.0 and all(a >= b for a, b in zip(rates[10:], rates[11:], strict=False)) and rates[-1] < 0.03
+    assert (
+        rates[10] == 1.0
+        and all(a >= b for a, b in zip(rates[10:], rates[11:], strict=False))
+        and rates[-1] < 0.03
+    )
     middle = 0.5 if schedule == "linear" else 0.5 * (1 + math.cos(math.pi * 0.5))
     assert rates[60] == pytest.approx(middle)
 
@@ -51,7 +55,9 @@ def test_softmax_loss_matches_torch_and_sigmoid_sums_over_classes():
     expected = F.cross_entropy(logits, labels, label_smoothing=0.1)
     assert classification_loss(logits, labels, "softmax", 0.1) == pytest.approx(expected.item(), rel=1e-6)
     soft = F.one_hot(labels, 4).float()
-    assert classification_loss(logits, soft, "softmax", 0.0) == pytest.approx(F.cross_entropy(logits, labels).item())
+    assert classification_loss(logits, soft, "softmax", 0.0) == pytest.approx(
+        F.cross_entropy(logits, labels).item()
+    )
     sigmoid = F.binary_cross_entropy_with_logits(logits, soft, reduction="sum") / 6
     assert classification_loss(logits, labels, "sigmoid", 0.0) == pytest.approx(sigmoid.item(), rel=1e-6)
 

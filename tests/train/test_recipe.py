@@ -27,7 +27,8 @@ def test_values_parse_with_toml_rules_and_fall_back_to_strings():
 
 def test_overrides_set_and_coerce_fields():
     config = apply_overrides(
-        RunConfig(), ["optim.lr=1", "train.steps=5", "model.dropout=0.1", "optim.betas=[0.9, 0.95]", "data.flip=false"]
+        RunConfig(),
+        ["optim.lr=1", "train.steps=5", "model.dropout=0.1", "optim.betas=[0.9, 0.95]", "data.flip=false"],
     )
     assert config.optim.lr == 1.0 and isinstance(config.optim.lr, float)
     assert config.train.steps == 5
@@ -102,7 +103,10 @@ def test_missing_and_invalid_files(tmp_path):
 
 def test_the_mpp_recipe_pretrains_the_vit_recipes_architecture():
     configs = Path(__file__).parents[2] / "configs"
-    mpp, vit = load_config(configs / "fashion_mnist_mpp.toml"), load_config(configs / "fashion_mnist_vit.toml")
+    mpp, vit = (
+        load_config(configs / "fashion_mnist_mpp.toml"),
+        load_config(configs / "fashion_mnist_vit.toml"),
+    )
     assert mpp.model == vit.model and mpp.train.objective == "mpp" and mpp.train.fewshot_every == 1000
 
 
@@ -111,7 +115,10 @@ def test_the_mpp_recipe_pretrains_the_vit_recipes_architecture():
     [
         (["train.objective=bert"], "train.objective must be one of ['classification', 'mpp'], got 'bert'"),
         (["train.mpp_target=edges"], "train.mpp_target must be one of ['mean_color', 'downsized', 'pixels']"),
-        (["train.objective=mpp", "train.mpp_corrupt_rate=1.5"], "train.mpp_corrupt_rate must be in (0, 1], got 1.5"),
+        (
+            ["train.objective=mpp", "train.mpp_corrupt_rate=1.5"],
+            "train.mpp_corrupt_rate must be in (0, 1], got 1.5",
+        ),
         (["train.objective=mpp", "train.mpp_bits=0"], "train.mpp_bits must be positive, got 0"),
         (["train.objective=mpp", "train.eval_every=100"], "train.eval_every measures a classifier"),
         (["train.objective=mpp", "train.strategy=fsdp"], "train.objective='mpp' is not supported with"),
@@ -127,6 +134,10 @@ def test_objective_fewshot_and_subset_settings_are_checked(overrides, message):
 
 
 def test_mpp_needs_a_vision_transformer():
-    config = from_dict({"model": {"name": "R50x1", "layers": [1, 1], "in_chans": 1}, "train": {"objective": "mpp"}})
-    with pytest.raises(ValueError, match="train.objective='mpp' needs a Vision Transformer, but model.name 'R50x1'"):
+    config = from_dict(
+        {"model": {"name": "R50x1", "layers": [1, 1], "in_chans": 1}, "train": {"objective": "mpp"}}
+    )
+    with pytest.raises(
+        ValueError, match="train.objective='mpp' needs a Vision Transformer, but model.name 'R50x1'"
+    ):
         config.validate()

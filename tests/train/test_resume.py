@@ -53,11 +53,16 @@ def test_resume_after_sigkill_is_bitwise_identical(tmp_path, tiny):
 
     resumed = vitkit_train(killed, tiny, "--resume")
     assert resumed.wait() == 0, resumed.stderr.read()
-    for name in ("final/model.safetensors", f"checkpoints/step_{STEPS:08d}/model.safetensors",
-                 f"checkpoints/step_{STEPS:08d}/ema.safetensors"):
+    for name in (
+        "final/model.safetensors",
+        f"checkpoints/step_{STEPS:08d}/model.safetensors",
+        f"checkpoints/step_{STEPS:08d}/ema.safetensors",
+    ):
         assert_bitwise_equal(killed / name, reference / name)
     losses = [line for line in (killed / "metrics.jsonl").read_text().splitlines() if "train_loss" in line]
-    assert losses == [line for line in (reference / "metrics.jsonl").read_text().splitlines() if "train_loss" in line]
+    assert losses == [
+        line for line in (reference / "metrics.jsonl").read_text().splitlines() if "train_loss" in line
+    ]
 
 
 def test_partial_checkpoints_are_ignored_and_cleaned(tmp_path):

@@ -41,11 +41,23 @@ def losses(run):
 
 
 def train(out, folder, tiny, *extra):
-    args = ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "3", *tiny, "train.batch_size=12"]
+    args = [
+        "train",
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+        "--checkpoint-every",
+        "3",
+        *tiny,
+        "train.batch_size=12",
+    ]
     return cli.main([*args, "data.crop=inception", f"data.source=folder:{folder}", *extra])
 
 
-@pytest.mark.parametrize("kind", ["folder", pytest.param("hf", marks=pytest.mark.slow)])  # hf batches: tests/data
+@pytest.mark.parametrize(
+    "kind", ["folder", pytest.param("hf", marks=pytest.mark.slow)]
+)  # hf batches: tests/data
 def test_run_equals_the_in_memory_run_bitwise(tmp_path, folder, memory_run, tiny, kind):
     if kind == "hf":
         pytest.importorskip("datasets")
@@ -65,7 +77,9 @@ def test_shard_streams_train_and_resume_only_as_they_were_read(tmp_path, folder,
     assert len(losses(out)) == STEPS and json.loads((out / "report.json").read_text())["test_images"] == 20
     shutil.rmtree(out / FINAL)
     assert train(out, folder, tiny, f"data.source=wds:{shards}", "data.workers=1", "--resume") == 2
-    assert "read its shards as 2 streams (ranks x data.workers) and would now read 1" in capsys.readouterr().err
+    assert (
+        "read its shards as 2 streams (ranks x data.workers) and would now read 1" in capsys.readouterr().err
+    )
 
 
 @pytest.mark.slow  # two runs; tests/data/test_pipeline.py checks the batches themselves in the fast suite

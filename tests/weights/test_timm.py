@@ -42,7 +42,11 @@ def vitkit_model(key: str) -> torch.nn.Module:
 
 
 # ViT-B/16 at 224 and the hybrid's ResNet take seconds each: the default run covers the GAP model only.
-KEYS = ["gap", pytest.param("vit_b16", marks=pytest.mark.slow), pytest.param("r50_hybrid", marks=pytest.mark.slow)]
+KEYS = [
+    "gap",
+    pytest.param("vit_b16", marks=pytest.mark.slow),
+    pytest.param("r50_hybrid", marks=pytest.mark.slow),
+]
 
 
 class Built(dict):
@@ -136,7 +140,11 @@ def test_unrepresentable_timm_models_are_refused(kwargs: dict, message: str) -> 
 
 @pytest.mark.parametrize(
     ("key", "suffix"),
-    [("gap", ".pth"), ("gap", ".safetensors"), pytest.param("r50_hybrid", ".safetensors", marks=pytest.mark.slow)],
+    [
+        ("gap", ".pth"),
+        ("gap", ".safetensors"),
+        pytest.param("r50_hybrid", ".safetensors", marks=pytest.mark.slow),
+    ],
 )
 def test_timm_state_dict_files(
     key: str, suffix: str, tmp_path: Path, timm_models: dict[str, torch.nn.Module]

@@ -19,7 +19,10 @@ def bench_model(name: str, img_size: int | None = None, num_classes: int = 1000,
     """A registered model in eval mode, its head random: the zero-initialised head would make every peer agree
     trivially, random logits make the same-outputs check mean something."""
     torch.manual_seed(seed)
-    overrides: dict[str, Any] = {"num_classes": num_classes, **({"img_size": img_size} if img_size is not None else {})}
+    overrides: dict[str, Any] = {
+        "num_classes": num_classes,
+        **({"img_size": img_size} if img_size is not None else {}),
+    }
     model = vitkit.create_model(name, **overrides)
     head = getattr(model, "head", None)
     if isinstance(head, nn.Linear):

@@ -19,8 +19,10 @@ from vitkit.models.registry import Model
 from vitkit.precision import autocast
 
 NAME = "memory"
-HELP = ("peak memory of an AdamW training step with and without gradient checkpointing, fp32 and/or bf16, and the "
-        "largest batch that fits a budget")
+HELP = (
+    "peak memory of an AdamW training step with and without gradient checkpointing, fp32 and/or bf16, and the "
+    "largest batch that fits a budget"
+)
 COLUMNS = None
 MIB = 2**20
 
@@ -30,16 +32,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=32, help="default 32")
     parser.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
     parser.add_argument("--time-rounds", type=int, default=0, help="also time both steps, alternated")
-    parser.add_argument("--budget-gib", type=float, default=16.0,
-                        help="memory budget of the largest-batch column (default 16 GiB, a TPUv3 core)")
+    parser.add_argument(
+        "--budget-gib",
+        type=float,
+        default=16.0,
+        help="memory budget of the largest-batch column (default 16 GiB, a TPUv3 core)",
+    )
     add_bench_precision(parser)
     add_bench_device(parser)
     add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    return checkpointing_memory(args.model, args.batch_size, args.img_size, args.time_rounds, log, args.clock,
-                                args.precision, args.budget_gib, args.device)
+    return checkpointing_memory(
+        args.model,
+        args.batch_size,
+        args.img_size,
+        args.time_rounds,
+        log,
+        args.clock,
+        args.precision,
+        args.budget_gib,
+        args.device,
+    )
 
 
 def _step_with_checkpointing(model: Model, enabled: bool, step: Callable[[], object]) -> object:
@@ -48,8 +63,13 @@ def _step_with_checkpointing(model: Model, enabled: bool, step: Callable[[], obj
     return step()
 
 
-def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-                dtype: torch.dtype | None = None):
+def _train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    dtype: torch.dtype | None = None,
+):
     """forward (under autocast to `dtype`), cross-entropy in float32, backward, optimizer step, gradients freed:
     what a training loop does per batch."""
 
@@ -66,9 +86,15 @@ def _train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Ten
 
 
 def checkpointing_memory(
-    model_name: str = "ViT-B/16", batch_size: int = 32, img_size: int | None = None, time_rounds: int = 0,
-    log: Callable[[str], None] | None = None, clock: str = "wall", precision: str = "fp32",
-    budget_gib: float = 16.0, device: str = "cpu",
+    model_name: str = "ViT-B/16",
+    batch_size: int = 32,
+    img_size: int | None = None,
+    time_rounds: int = 0,
+    log: Callable[[str], None] | None = None,
+    clock: str = "wall",
+    precision: str = "fp32",
+    budget_gib: float = 16.0,
+    device: str = "cpu",
 ) -> list[dict]:
     """Peak memory of one AdamW training step with and without gradient checkpointing, in each precision of
     `precision` (measured, not fitted), at `batch_size` and at half of it: the two points give the memory per
@@ -88,15 +114,27 @@ def checkpointing_memory(
         for enabled in (False, True):
             model.set_grad_checkpointing(enabled)
             step = _train_step(model, optimizer, x, y, dtype)
-            fit = fit_memory(lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),  # noqa: B023
-                             resident, (half, batch_size) if half < batch_size else (1, 2))
+            fit = fit_memory(
+                lambda b: peak_allocated_bytes(_train_step(model, optimizer, x[:b], y[:b], dtype), device),  # noqa: B023
+                resident,
+                (half, batch_size) if half < batch_size else (1, 2),
+            )
             peak = fit.peak(batch_size) - resident
             label = f"{name}, {'checkpointing' if enabled else 'no checkpointing'}"
             steps[label] = functools.partial(_step_with_checkpointing, model, enabled, step)
-            rows.append({"model": model_name, "batch": batch_size, "precision": name, "gradient checkpointing": enabled,
-                         "peak above resident (MiB)": peak / MIB, "resident (MiB)": resident / MIB,
-                         "peak total (MiB)": (peak + resident) / MIB, "MiB/image": fit.per_image / MIB,
-                         f"largest batch in {budget_gib:g} GiB": fit.largest_batch(budget_gib * 2**30)})
+            rows.append(
+                {
+                    "model": model_name,
+                    "batch": batch_size,
+                    "precision": name,
+                    "gradient checkpointing": enabled,
+                    "peak above resident (MiB)": peak / MIB,
+                    "resident (MiB)": resident / MIB,
+                    "peak total (MiB)": (peak + resident) / MIB,
+                    "MiB/image": fit.per_image / MIB,
+                    f"largest batch in {budget_gib:g} GiB": fit.largest_batch(budget_gib * 2**30),
+                }
+            )
             if log:
                 log(str(rows[-1]))
     for row in rows:  # against the same precision without checkpointing

@@ -44,18 +44,35 @@ LoaderFactory = Callable[[], Iterable]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="an ImageFolder: ROOT/train/<class>/<image> (the collection to read)")
     parser.add_argument("--workers", type=comma_ints, default=[0, 1, 2], help="comma-separated worker counts")
-    parser.add_argument("--models", type=comma_names, default=["ViT-S/16", "ViT-B/16"],
-                        help="comma-separated models whose training step to time")
+    parser.add_argument(
+        "--models",
+        type=comma_names,
+        default=["ViT-S/16", "ViT-B/16"],
+        help="comma-separated models whose training step to time",
+    )
     parser.add_argument("--img-size", type=int, default=224)
     parser.add_argument("--batch-size", type=int, default=32, help="loader batch and training batch")
-    parser.add_argument("--train-batch-size", type=int, default=None,
-                        help="training batch (default: --batch-size); images/s barely depends on it on CPU")
+    parser.add_argument(
+        "--train-batch-size",
+        type=int,
+        default=None,
+        help="training batch (default: --batch-size); images/s barely depends on it on CPU",
+    )
     parser.add_argument("--batches", type=int, default=20, help="batches timed per loader per round")
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    return data_vs_training(Path(args.root), args.workers, args.models, args.img_size, args.batch_size,
-                            args.train_batch_size or args.batch_size, args.rounds, args.batches, log)
+    return data_vs_training(
+        Path(args.root),
+        args.workers,
+        args.models,
+        args.img_size,
+        args.batch_size,
+        args.train_batch_size or args.batch_size,
+        args.rounds,
+        args.batches,
+        log,
+    )
 
 
 def vitkit_loader(root: Path, img_size: int, batch_size: int, workers: int, seed: int = 0) -> LoaderFactory:
@@ -71,21 +88,29 @@ def vitkit_loader(root: Path, img_size: int, batch_size: int, workers: int, seed
     return loader
 
 
-def torchvision_loader(root: Path, img_size: int, batch_size: int, workers: int, seed: int = 0) -> LoaderFactory:
+def torchvision_loader(
+    root: Path, img_size: int, batch_size: int, workers: int, seed: int = 0
+) -> LoaderFactory:
     """torchvision's ImageFolder and DataLoader with the training transform timm builds for ImageNet
     (`timm.data.create_transform(is_training=True)` less colour jitter): Pillow decode to RGB, RandomResizedCrop
     (scale 0.08-1, ratio 3/4-4/3, bilinear), flip, ToTensor, Normalize to [-1, 1]."""
-    transform = transforms.Compose([
-        transforms.RandomResizedCrop(img_size),
-        transforms.RandomHorizontalFlip(),
-        transforms.ToTensor(),
-        transforms.Normalize([0.5] * 3, [0.5] * 3),
-    ])
+    transform = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(img_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize([0.5] * 3, [0.5] * 3),
+        ]
+    )
     folder = datasets.ImageFolder(str(root / "train"), transform=transform)
 
     def loader() -> Iterable:
         return torch.utils.data.DataLoader(
-            folder, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=workers,
+            folder,
+            batch_size=batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=workers,
             generator=torch.Generator().manual_seed(seed),
         )
 
@@ -166,10 +191,17 @@ def data_vs_training(
         for name in names[shift:] + names[:shift]:
             results[name].samples.append(timed[name]())
         if log:
-            log(f"round {r + 1}/{rounds}: " + ", ".join(
-                f"{n} {results[n].images / results[n].samples[-1]:.1f} img/s" for n in names))
+            log(
+                f"round {r + 1}/{rounds}: "
+                + ", ".join(f"{n} {results[n].images / results[n].samples[-1]:.1f} img/s" for n in names)
+            )
     rows = [
-        {"candidate": name, "images/s": r.images_per_s, "best images/s": r.images / r.best, "spread": r.spread}
+        {
+            "candidate": name,
+            "images/s": r.images_per_s,
+            "best images/s": r.images / r.best,
+            "spread": r.spread,
+        }
         for name, r in results.items()
     ]
     for w in workers:
@@ -178,9 +210,15 @@ def data_vs_training(
         for model_name in models:
             training = f"train {model_name} at {img_size} (batch {train_batch_size})"
             shares = data_share(results, "vitkit pipeline, 0 workers", training)
-            rows.append({"candidate": "data share of a step (vitkit pipeline, 0 workers)", "against": training,
-                         "ratio": statistics.median(shares), "ratio range": f"{min(shares):.3f}-{max(shares):.3f}",
-                         "per round": " ".join(f"{s:.3f}" for s in shares)})
+            rows.append(
+                {
+                    "candidate": "data share of a step (vitkit pipeline, 0 workers)",
+                    "against": training,
+                    "ratio": statistics.median(shares),
+                    "ratio range": f"{min(shares):.3f}-{max(shares):.3f}",
+                    "per round": " ".join(f"{s:.3f}" for s in shares),
+                }
+            )
     return rows
 
 
@@ -190,5 +228,10 @@ def compare(results: dict[str, Result], name: str, reference: str) -> dict:
     a, b = results[name], results[reference]
     per_round = [(tb / b.images) / (ta / a.images) for ta, tb in zip(a.samples, b.samples, strict=True)]
     low, high = ratio_range(results, name, reference)
-    return {"candidate": name, "against": reference, "ratio": paired_ratio(results, name, reference),
-            "ratio range": f"{low:.2f}-{high:.2f}", "per round": " ".join(f"{v:.2f}" for v in per_round)}
+    return {
+        "candidate": name,
+        "against": reference,
+        "ratio": paired_ratio(results, name, reference),
+        "ratio range": f"{low:.2f}-{high:.2f}",
+        "per round": " ".join(f"{v:.2f}" for v in per_round),
+    }

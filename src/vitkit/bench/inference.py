@@ -23,8 +23,20 @@ from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ra
 
 NAME = "inference"
 HELP = "images/s, GFLOP/s and MFU of vitkit and its peers (timm, transformers, torchvision), same weights"
-COLUMNS = ["model", "batch", "implementation", "precision", "images/s", "GFLOP/s", "MFU", "vs vitkit",
-           "vs vitkit fp32", "ratio range", "best GFLOP/s", "spread"]
+COLUMNS = [
+    "model",
+    "batch",
+    "implementation",
+    "precision",
+    "images/s",
+    "GFLOP/s",
+    "MFU",
+    "vs vitkit",
+    "vs vitkit fp32",
+    "ratio range",
+    "best GFLOP/s",
+    "spread",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,9 +53,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
     return inference_vs_peers(
-        args.model, args.batch_size, args.peers, args.rounds, args.warmup,
-        img_size=args.img_size, compile=args.compile, log=log, clock=args.clock, precision=args.precision,
-        device=args.device, gemm_size=args.gemm_size,
+        args.model,
+        args.batch_size,
+        args.peers,
+        args.rounds,
+        args.warmup,
+        img_size=args.img_size,
+        compile=args.compile,
+        log=log,
+        clock=args.clock,
+        precision=args.precision,
+        device=args.device,
+        gemm_size=args.gemm_size,
     )
 
 
@@ -79,12 +100,22 @@ def inference_vs_peers(
             log(f"{peer}: same weights, max |logits diff| {diff:.2e}")
     dtypes = bench_dtypes(precision)
     compiled = {name: torch.compile(m) if compile else m for name, m in modules.items()}
-    candidates = {f"{name} {p}": forward_call(m, x, dtypes[p]) for p in dtypes for name, m in compiled.items()}
+    candidates = {
+        f"{name} {p}": forward_call(m, x, dtypes[p]) for p in dtypes for name, m in compiled.items()
+    }
     candidates.setdefault("vitkit fp32", forward_call(compiled["vitkit"], x))  # the reference of every ratio
     for p, dtype in dtypes.items():
-        candidates[f"gemm {p}"], gemm_flops = gemm_candidate(gemm_size, dtype=dtype or torch.float32, device=device)
-    results = alternate(candidates, rounds=rounds, warmup=warmup + (2 if compile else 0), iters=iters,
-                        on_round=round_logger(log, rounds), clock=clock)
+        candidates[f"gemm {p}"], gemm_flops = gemm_candidate(
+            gemm_size, dtype=dtype or torch.float32, device=device
+        )
+    results = alternate(
+        candidates,
+        rounds=rounds,
+        warmup=warmup + (2 if compile else 0),
+        iters=iters,
+        on_round=round_logger(log, rounds),
+        clock=clock,
+    )
     rows: list[dict[str, Any]] = []
     for name in candidates:
         if name.startswith("gemm"):
@@ -93,18 +124,35 @@ def inference_vs_peers(
         r = results[name]
         r.images, r.flops = batch_size, flops
         lo, hi = ratio_range(results, name, f"vitkit {p}")
-        rows.append({"implementation": implementation, "precision": p, "images/s": r.images_per_s,
-                     "GFLOP/s": r.gflops_per_s, "vs vitkit": paired_ratio(results, name, f"vitkit {p}"),
-                     "vs vitkit fp32": paired_ratio(results, name, "vitkit fp32"), "ratio range": f"{lo:.3f}-{hi:.3f}",
-                     "spread": r.spread})
+        rows.append(
+            {
+                "implementation": implementation,
+                "precision": p,
+                "images/s": r.images_per_s,
+                "GFLOP/s": r.gflops_per_s,
+                "vs vitkit": paired_ratio(results, name, f"vitkit {p}"),
+                "vs vitkit fp32": paired_ratio(results, name, "vitkit fp32"),
+                "ratio range": f"{lo:.3f}-{hi:.3f}",
+                "spread": r.spread,
+            }
+        )
     for p in dtypes:
         g = results[f"gemm {p}"]
         g.flops = gemm_flops
-        rows.append({"implementation": f"GEMM {gemm_size}^3 (ceiling)", "precision": p, "GFLOP/s": g.gflops_per_s,
-                     "best GFLOP/s": g.flops / g.best / 1e9, "spread": g.spread})
+        rows.append(
+            {
+                "implementation": f"GEMM {gemm_size}^3 (ceiling)",
+                "precision": p,
+                "GFLOP/s": g.gflops_per_s,
+                "best GFLOP/s": g.flops / g.best / 1e9,
+                "spread": g.spread,
+            }
+        )
     for row in rows[: len(rows) - len(dtypes)]:
         if row["precision"] in dtypes:
-            row["MFU"] = mfu(results, f"{row['implementation']} {row['precision']}", f"gemm {row['precision']}")
+            row["MFU"] = mfu(
+                results, f"{row['implementation']} {row['precision']}", f"gemm {row['precision']}"
+            )
     rows.append(auto_row(model, batch_size))
     for row in rows:
         row.update(model=model_name, batch=batch_size, GFLOPs_per_image=flops / batch_size / 1e9)

@@ -25,7 +25,9 @@ def _plain_vit_config(model: nn.Module):
     if cfg is None or getattr(cfg, "model_type", None) != "vit":
         raise ValueError("peers are built from a vitkit VisionTransformer")
     if cfg.resnet_layers is not None or cfg.pos_embed != "learned" or cfg.representation_size:
-        raise ValueError("peers exist for plain ViTs only (no hybrid, learned 1-D position embedding, no pre-logits)")
+        raise ValueError(
+            "peers exist for plain ViTs only (no hybrid, learned 1-D position embedding, no pre-logits)"
+        )
     return cfg
 
 
@@ -107,8 +109,13 @@ def torchvision_peer(model: nn.Module) -> nn.Module:
         layer = f"encoder.layers.encoder_layer_{i}"
         if part == "attn.qkv":
             return {f"{layer}.self_attention.in_proj_{kind}": value}
-        new = {"norm1": "ln_1", "norm2": "ln_2", "attn.proj": "self_attention.out_proj", "mlp.fc1": "mlp.0",
-               "mlp.fc2": "mlp.3"}[part]
+        new = {
+            "norm1": "ln_1",
+            "norm2": "ln_2",
+            "attn.proj": "self_attention.out_proj",
+            "mlp.fc1": "mlp.0",
+            "mlp.fc2": "mlp.3",
+        }[part]
         return {f"{layer}.{new}.{kind}": value}
 
     _load_mapped(peer, model.state_dict(), mapping)

@@ -22,14 +22,31 @@ def plot_resolution(rows: list[dict], path: str | Path, title: str = "") -> Path
         left.plot(sizes, [r["images/s"] for r in own], "o-", color=f"C{i}", label=name)
         if has_memory:
             right = axes[0, 1]
-            right.plot(sizes, [r["largest batch (inference)"] for r in own], "o-", color=f"C{i}", label=f"{name} inference")
-            right.plot(sizes, [r["largest batch (training)"] for r in own], "s--", color=f"C{i}", label=f"{name} training")
+            right.plot(
+                sizes,
+                [r["largest batch (inference)"] for r in own],
+                "o-",
+                color=f"C{i}",
+                label=f"{name} inference",
+            )
+            right.plot(
+                sizes,
+                [r["largest batch (training)"] for r in own],
+                "s--",
+                color=f"C{i}",
+                label=f"{name} training",
+            )
     left.set(xlabel="input size (px)", ylabel="images/s (inference)", yscale="log", title="Throughput")
     left.grid(True, which="both", alpha=0.3)
     left.legend()
     if has_memory:
         right = axes[0, 1]
-        right.set(xlabel="input size (px)", ylabel="largest batch", yscale="log", title="Largest batch in the budget")
+        right.set(
+            xlabel="input size (px)",
+            ylabel="largest batch",
+            yscale="log",
+            title="Largest batch in the budget",
+        )
         right.grid(True, which="both", alpha=0.3)
         right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     if title:

@@ -18,7 +18,9 @@ def _worker(rank: int, processes: int, threads: int, port: int, connection, buil
     `build[0](*build[1:])`, then runs as many steps as each request asks for until asked for 0."""
     torch.set_num_threads(threads)
     if processes > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=processes
+        )
     try:
         step = build[0](*build[1:])
         connection.send("ready")
@@ -57,7 +59,9 @@ class StepProcesses:
                 connection.recv()
             except EOFError:
                 self.close()
-                raise RuntimeError(f"benchmark worker {rank} failed to start (its traceback is above)") from None
+                raise RuntimeError(
+                    f"benchmark worker {rank} failed to start (its traceback is above)"
+                ) from None
 
     def __call__(self) -> float:
         for connection in self.connections:

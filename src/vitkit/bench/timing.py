@@ -106,7 +106,9 @@ def per_round_ratios(results: dict[str, Result], name: str, reference: str) -> l
     """Speed of `name` relative to `reference` (> 1: faster) in each round: t_reference / t_name, per image when
     the candidates process different numbers of images per call."""
     a, b = results[name], results[reference]
-    return [(tb / max(b.images, 1)) / (ta / max(a.images, 1)) for ta, tb in zip(a.samples, b.samples, strict=True)]
+    return [
+        (tb / max(b.images, 1)) / (ta / max(a.images, 1)) for ta, tb in zip(a.samples, b.samples, strict=True)
+    ]
 
 
 def paired_ratio(results: dict[str, Result], name: str, reference: str) -> float:
@@ -156,4 +158,3 @@ def gemm_candidate(
             torch.cuda.synchronize(out.device)
 
     return run, 2.0 * n**3 * calls
-

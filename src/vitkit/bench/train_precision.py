@@ -75,9 +75,7 @@ def training_precision(
     dataset = on_device(workload.dataset, target)
     model = workload.model.to(target)
     b = config.train.batch_size
-    flops = 3.0 * count_flops(
-        model, model.config.input_size, batch_size=b
-    )  # fwd + bwd
+    flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)  # fwd + bwd
     candidates: dict[str, Callable[[], object]] = {}
     for name, dtype in DTYPES.items():
         step = build_train_step(config, dataset, copy.deepcopy(model).train(), target, dtype, "none")

@@ -51,18 +51,34 @@ COLUMNS = None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", default=None, help="the recipe (TOML) whose model and data to time "
-                        "(default: the default recipe)")
+    parser.add_argument(
+        "--config",
+        default=None,
+        help="the recipe (TOML) whose model and data to time (default: the default recipe)",
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's train.batch_size")
     parser.add_argument("--steps", type=int, default=10, help="steps per round per candidate")
-    parser.add_argument("--processes", type=int, default=0,
-                        help="also time the engine in N one-thread processes (train.processes=N)")
-    parser.add_argument("--compile", action="store_true", help="also time the engine's step under torch.compile")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help="also time the engine in N one-thread processes (train.processes=N)",
+    )
+    parser.add_argument(
+        "--compile", action="store_true", help="also time the engine's step under torch.compile"
+    )
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
-    return training_vs_timm(batch_size=args.batch_size, rounds=args.rounds, steps=args.steps, compile=args.compile,
-                            log=log, recipe=args.config, processes=args.processes)
+    return training_vs_timm(
+        batch_size=args.batch_size,
+        rounds=args.rounds,
+        steps=args.steps,
+        compile=args.compile,
+        log=log,
+        recipe=args.config,
+        processes=args.processes,
+    )
 
 
 @dataclass
@@ -74,7 +90,9 @@ class Workload:
     model: nn.Module
 
     @classmethod
-    def load(cls, batch_size: int | None = None, recipe: str | None = None, *, model: str | None = None) -> Workload:
+    def load(
+        cls, batch_size: int | None = None, recipe: str | None = None, *, model: str | None = None
+    ) -> Workload:
         """The default recipe, or the TOML file `recipe`, its batch size (and registry model) optionally replaced."""
         config = load_config(recipe, RunConfig()) if recipe else RunConfig()
         if model:
@@ -108,7 +126,12 @@ def engine_step(workload: Workload, compile: bool) -> Callable[[], float]:
 
 def plain_timm_step(workload: Workload) -> Callable[[], float]:
     """The hand-written loop around timm's model with the same weights and the same batches."""
-    config, dataset, per_epoch, transform = workload.config, workload.dataset, workload.steps_per_epoch, workload.transform()
+    config, dataset, per_epoch, transform = (
+        workload.config,
+        workload.dataset,
+        workload.steps_per_epoch,
+        workload.transform(),
+    )
     t, o = config.train, config.optim
     peer = vitkit.to_timm(workload.model).train()
     optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
@@ -125,7 +148,12 @@ def plain_timm_step(workload: Workload) -> Callable[[], float]:
 
 
 def _plain_update(
-    peer: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor, smoothing: float, clip: float
+    peer: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    smoothing: float,
+    clip: float,
 ) -> float:
     """The textbook step of a hand-written loop: loss, backward, optional clipping, optimizer step."""
     loss = F.cross_entropy(peer(x), y, label_smoothing=smoothing)
@@ -148,15 +176,19 @@ class TorchvisionImages(torch.utils.data.Dataset):
         pad = img_size * 8 // 7 - img_size
         crops = {
             "none": [],
-            "pad_crop": [v2.RandomCrop(img_size, padding=[pad // 2, pad // 2, pad - pad // 2, pad - pad // 2])],
+            "pad_crop": [
+                v2.RandomCrop(img_size, padding=[pad // 2, pad // 2, pad - pad // 2, pad - pad // 2])
+            ],
             "resize_crop": [v2.Resize(img_size * 8 // 7, antialias=True), v2.RandomCrop(img_size)],
         }[crop]
-        self.transform = v2.Compose([
-            *crops,
-            *([v2.RandomHorizontalFlip()] if flip else []),
-            v2.ToDtype(torch.float32, scale=True),
-            v2.Normalize([0.5] * dataset.images.shape[1], [0.5] * dataset.images.shape[1]),
-        ])
+        self.transform = v2.Compose(
+            [
+                *crops,
+                *([v2.RandomHorizontalFlip()] if flip else []),
+                v2.ToDtype(torch.float32, scale=True),
+                v2.Normalize([0.5] * dataset.images.shape[1], [0.5] * dataset.images.shape[1]),
+            ]
+        )
 
     def __len__(self) -> int:
         return len(self.images)
@@ -173,8 +205,11 @@ def plain_timm_dataloader_step(workload: Workload) -> Callable[[], float]:
     optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
     loader = torch.utils.data.DataLoader(
         TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip),
-        batch_size=t.batch_size, shuffle=True, drop_last=True,
-        num_workers=0, generator=torch.Generator().manual_seed(t.seed),
+        batch_size=t.batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=0,
+        generator=torch.Generator().manual_seed(t.seed),
     )
     batches = [iter(loader)]
 
@@ -227,7 +262,8 @@ def training_vs_timm(
     threads = torch.get_num_threads()
     peers = {
         data + (", freed memory kept" if keep else ""): (data, keep)
-        for data in ("same data", "DataLoader") for keep in (False, True)
+        for data in ("same data", "DataLoader")
+        for keep in (False, True)
     }
     builds: dict[str, tuple[int, int, tuple[Any, ...]]] = {
         f"timm, plain loop ({peer})": (1, threads, (timm_in_worker, setup, data, keep))
@@ -235,18 +271,29 @@ def training_vs_timm(
     }
     for comp in [False, True] if compile else [False]:
         suffix = ", torch.compile" if comp else ""
-        builds[f"vitkit engine (1 process x {threads} threads{suffix})"] = (1, threads, (engine_in_worker, setup, comp))
+        builds[f"vitkit engine (1 process x {threads} threads{suffix})"] = (
+            1,
+            threads,
+            (engine_in_worker, setup, comp),
+        )
         if processes > 1:
             builds[f"vitkit engine ({processes} processes x 1 thread{suffix})"] = (
-                processes, 1, (engine_in_worker, setup, comp))
+                processes,
+                1,
+                (engine_in_worker, setup, comp),
+            )
     gemm, gemm_flops = gemm_candidate()
 
     candidates: dict[str, StepProcesses] = {}
     try:
         for name, (n, t, build) in builds.items():
             candidates[name] = StepProcesses(n, t, steps, build)
-        results = alternate({**candidates, "gemm": gemm}, rounds, warmup=2 if compile else 1,
-                            on_round=round_logger(log, rounds, digits=2))
+        results = alternate(
+            {**candidates, "gemm": gemm},
+            rounds,
+            warmup=2 if compile else 1,
+            on_round=round_logger(log, rounds, digits=2),
+        )
     finally:
         for group in candidates.values():
             group.close()
@@ -256,8 +303,14 @@ def training_vs_timm(
     rows = []
     for name in candidates:
         r = results[name]
-        rows.append({"implementation": name, "images/s": r.images_per_s, "GFLOP/s": r.gflops_per_s,
-                     "MFU": mfu(results, name)})
+        rows.append(
+            {
+                "implementation": name,
+                "images/s": r.images_per_s,
+                "GFLOP/s": r.gflops_per_s,
+                "MFU": mfu(results, name),
+            }
+        )
         for peer in peers:
             lo, hi = ratio_range(results, name, f"timm, plain loop ({peer})")
             rows[-1][f"vs timm ({peer})"] = paired_ratio(results, name, f"timm, plain loop ({peer})")

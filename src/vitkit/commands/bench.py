@@ -32,8 +32,12 @@ BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_preci
 
 def _common_options() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--rounds", type=int, default=5, help="alternation rounds (medians over rounds; default 5)")
-    common.add_argument("--threads", type=int, default=None, help="torch threads for everyone (default: torch's)")
+    common.add_argument(
+        "--rounds", type=int, default=5, help="alternation rounds (medians over rounds; default 5)"
+    )
+    common.add_argument(
+        "--threads", type=int, default=None, help="torch threads for everyone (default: torch's)"
+    )
     common.add_argument("--json", default=None, help="also write the rows as JSON here")
     common.add_argument("--quiet", action="store_true", help="no per-round log on stderr")
     return common

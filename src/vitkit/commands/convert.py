@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--keep-pre-logits", action="store_true", help="keep the pre-logits layer with --num-classes"
     )
     parser.add_argument(
-        "--allow-non-finite", action="store_true", help="convert weights holding NaN or inf (refused by default)"
+        "--allow-non-finite",
+        action="store_true",
+        help="convert weights holding NaN or inf (refused by default)",
     )
     parser.add_argument(
         "--layout",

@@ -19,7 +19,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file"
     )
     parser.add_argument(
-        "--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH, wds:DIR (DATA.md)"
+        "--data",
+        default="fashion_mnist",
+        help="data source: dataset name, folder:PATH, hf:PATH, wds:DIR (DATA.md)",
     )
     parser.add_argument("--data-dir", help="where the named dataset lives")
     parser.add_argument("--split", default="test", choices=("train", "test"))
@@ -28,17 +30,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=500)
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
     add_precision_argument(parser)
-    parser.add_argument("--confusion", default="confusion_matrix.png", help="where to write the confusion matrix PNG")
+    parser.add_argument(
+        "--confusion", default="confusion_matrix.png", help="where to write the confusion matrix PNG"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    dataset = open_source(args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt, workers=args.workers)
+    dataset = open_source(
+        args.data, args.split, args.data_dir, on_corrupt=args.on_corrupt, workers=args.workers
+    )
     device = resolve_device(args.device)
     model = load_weights(args.weights).to(device)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")
-    result = evaluate(model, dataset, batch_size=args.batch_size, device=device, autocast_dtype=precision.autocast_dtype)
-    path = plot_confusion(result.confusion, dataset.classes, args.confusion, f"{args.weights} on {dataset.source}")
+    result = evaluate(
+        model, dataset, batch_size=args.batch_size, device=device, autocast_dtype=precision.autocast_dtype
+    )
+    path = plot_confusion(
+        result.confusion, dataset.classes, args.confusion, f"{args.weights} on {dataset.source}"
+    )
     print(f"{dataset.source} ({args.split}, {result.count} images)")
     print(f"top-1 {100 * result.top1:.2f}%  top-5 {100 * result.top5:.2f}%  loss {result.loss:.4f}")
     print(f"confusion matrix: {path}")

@@ -48,14 +48,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", required=True, help="weights: any format vitkit.load_weights reads, run directories too"
     )
-    parser.add_argument("--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH")
+    parser.add_argument(
+        "--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH"
+    )
     parser.add_argument("--data-dir", default=None, help="where the named dataset's files are")
     parser.add_argument(
         "--shots", type=_int_list, default=[1, 5, 10, 25], help="comma-separated (default 1,5,10,25)"
     )
     parser.add_argument("--seeds", type=_positive, default=3, help="number of sampled subsets (seeds 0..n-1)")
     parser.add_argument(
-        "--l2", type=_float_list, default=[1024.0],
+        "--l2",
+        type=_float_list,
+        default=[1024.0],
         help="ridge regularisation; comma-separated values share one eigendecomposition (default 1024)",
     )
     parser.add_argument("--num-test", type=_positive, default=None, help="cap on test images (fixed subset)")
@@ -72,8 +76,14 @@ def run(args: argparse.Namespace) -> int:
     test = open_source(args.data, "test", args.data_dir)
     precision = inference_precision(args.precision, model, args.batch_size)
     evaluator = FewShotEvaluator(
-        train, test, shots=args.shots, seeds=args.seeds, l2=args.l2, num_test=args.num_test,
-        batch_size=args.batch_size, autocast_dtype=precision.autocast_dtype,
+        train,
+        test,
+        shots=args.shots,
+        seeds=args.seeds,
+        l2=args.l2,
+        num_test=args.num_test,
+        batch_size=args.batch_size,
+        autocast_dtype=precision.autocast_dtype,
     )
     start = time.perf_counter()
     report = evaluator.evaluate(model)

@@ -16,7 +16,9 @@ HELP = "fine-tune any weights vitkit.load_weights reads (default: the paper's re
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file")
+    parser.add_argument(
+        "--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file"
+    )
     train.add_arguments(parser)
 
 

@@ -62,7 +62,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_precision_argument(parser)
     add_max_pixels_argument(parser)
     parser.add_argument(
-        "--allow-non-finite", action="store_true", help="inspect weights holding NaN or inf (refused by default)"
+        "--allow-non-finite",
+        action="store_true",
+        help="inspect weights holding NaN or inf (refused by default)",
     )
 
 

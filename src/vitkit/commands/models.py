@@ -23,5 +23,7 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         model = create_model(name, device="meta", num_classes=args.num_classes)
         gflops = count_flops(model, model.config.input_size) / 1e9
-        print(f"{name:<16} {next(iter(MODELS[name].aliases), '-'):<26} {count_parameters(model):>14,} {gflops:>9.2f}")
+        print(
+            f"{name:<16} {next(iter(MODELS[name].aliases), '-'):<26} {count_parameters(model):>14,} {gflops:>9.2f}"
+        )
     return 0

@@ -31,15 +31,21 @@ RUNS_DIR = "runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="TOML recipe with [model] [data] [optim] [train] (e.g. configs/*.toml)")
+    parser.add_argument(
+        "--config", help="TOML recipe with [model] [data] [optim] [train] (e.g. configs/*.toml)"
+    )
     parser.add_argument("--out", help=f"run directory (default: {RUNS_DIR}/<recipe>-<time>)")
     parser.add_argument("--steps", type=int, help="shorthand for train.steps=N")
     parser.add_argument("--seed", type=int, help="shorthand for train.seed=S")
     parser.add_argument("--checkpoint-every", type=int, help="shorthand for train.checkpoint_every=N")
     parser.add_argument("--data-dir", help="shorthand for data.data_dir=DIR")
     add_precision_argument(parser, default=None, what="shorthand for train.precision=P: ")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
-    parser.add_argument("overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
+    parser.add_argument(
+        "overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +103,9 @@ def check_resume(out: Path, args: argparse.Namespace, base: Any, fixed: dict[str
     if not saved_path.is_file():
         raise FileNotFoundError(f"{saved_path}: missing; {out} is not a run directory to resume")
     saved = load_config(saved_path).validate()
-    given = resolve_config(args, load_config(args.config, base) if args.config else load_config(saved_path), fixed)
+    given = resolve_config(
+        args, load_config(args.config, base) if args.config else load_config(saved_path), fixed
+    )
     old, new = saved.to_dict(), given.to_dict()
     changed = {
         f"{section}.{key}": (old[section].get(key), new[section].get(key))

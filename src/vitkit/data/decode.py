@@ -110,7 +110,9 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or "no details"
 
 
-def image_size(source: ImageSource, *, name: str | None = None, max_pixels: int | None = None) -> tuple[int, int]:
+def image_size(
+    source: ImageSource, *, name: str | None = None, max_pixels: int | None = None
+) -> tuple[int, int]:
     """(width, height) from the header alone, with the same pixel limit and errors as decode_image."""
     label = _display_name(source, name)
     with _open(source, label, max_pixels_limit(max_pixels)) as image:

@@ -27,7 +27,9 @@ def split_directory(root: Path, split: str) -> Path:
     found = next((d for d in candidates if d.is_dir()), None)
     if found is None or not (root / "train").is_dir():
         wanted = sorted({str(d) for d in [*candidates, root / "train"]})
-        raise FileNotFoundError(f"ImageFolder {split} needs the directories {', '.join(wanted)} (one folder per class)")
+        raise FileNotFoundError(
+            f"ImageFolder {split} needs the directories {', '.join(wanted)} (one folder per class)"
+        )
     return found
 
 
@@ -69,7 +71,9 @@ class FolderSource(LazySource):
         directory = split_directory(root, split)
         classes = class_folders(root / "train")
         if not classes:
-            raise FileNotFoundError(f"{root / 'train'}: no class folders (expected {root / 'train'}/<class>/<image>)")
+            raise FileNotFoundError(
+                f"{root / 'train'}: no class folders (expected {root / 'train'}/<class>/<image>)"
+            )
         if directory != root / "train":
             unknown = sorted(set(class_folders(directory)) - set(classes))
             if unknown:
@@ -81,7 +85,9 @@ class FolderSource(LazySource):
         for label, name in enumerate(classes):
             files = image_files(directory / name) if (directory / name).is_dir() else []
             if not files and directory == root / "train":
-                raise ValueError(f"{directory / name}: empty class folder (no image files); remove it or add images")
+                raise ValueError(
+                    f"{directory / name}: empty class folder (no image files); remove it or add images"
+                )
             paths += [f"{name}/{file}" for file in files]
             labels += [label] * len(files)
         if not paths:

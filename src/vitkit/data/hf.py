@@ -25,7 +25,9 @@ def load_hf(path: Path) -> Any:
     try:
         import datasets  # optional: only hf: sources need it
     except ImportError:
-        raise ModuleNotFoundError("data.source 'hf:...' needs the datasets package: pip install datasets") from None
+        raise ModuleNotFoundError(
+            "data.source 'hf:...' needs the datasets package: pip install datasets"
+        ) from None
     if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
         return datasets.load_from_disk(str(path))
     builder = "parquet" if next(path.rglob("*.parquet"), None) is not None else "imagefolder"
@@ -37,7 +39,9 @@ def pick_split(data: Any, split: str, path: Path) -> tuple[Any, str]:
     if not hasattr(data, "keys"):
         if split == "train":
             return data, "train"
-        raise FileNotFoundError(f"{path}: holds one split (saved as a Dataset); the test split needs a DatasetDict")
+        raise FileNotFoundError(
+            f"{path}: holds one split (saved as a Dataset); the test split needs a DatasetDict"
+        )
     names = [split] if split == "train" else list(TEST_SPLITS)
     found = next((name for name in names if name in data), None)
     if found is None:
@@ -58,7 +62,9 @@ def columns(table: Any, path: Path) -> tuple[str, str, list[str] | None]:
         return image, label, list(features[label].names)
     label = next((name for name in ("label", "labels") if name in features), None)
     if label is None:
-        raise ValueError(f"{path}: no ClassLabel column and no 'label' column (features: {', '.join(features)})")
+        raise ValueError(
+            f"{path}: no ClassLabel column and no 'label' column (features: {', '.join(features)})"
+        )
     return image, label, None
 
 

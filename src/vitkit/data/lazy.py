@@ -31,13 +31,21 @@ class LazySource:
     reader = "lazy"
 
     def __init__(
-        self, labels: torch.Tensor, classes: list[str], source: str, *, workers: int = 0, prefetch: int = 2,
+        self,
+        labels: torch.Tensor,
+        classes: list[str],
+        source: str,
+        *,
+        workers: int = 0,
+        prefetch: int = 2,
         on_corrupt: str = "stop",
     ) -> None:
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"on_corrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
         if workers < 0 or prefetch < 1:
-            raise ValueError(f"data.workers must be >= 0 and data.prefetch >= 1, got {workers} and {prefetch}")
+            raise ValueError(
+                f"data.workers must be >= 0 and data.prefetch >= 1, got {workers} and {prefetch}"
+            )
         self.labels = labels
         self.classes = classes
         self.source = source

@@ -60,7 +60,12 @@ def encoded_samples(
     indices = range(len(source)) if order is None else order
     if isinstance(source, ImageDataset):
         for index in indices:
-            yield index, f"{source.source} image {index}", png_bytes(source.images[index]), int(source.labels[index])
+            yield (
+                index,
+                f"{source.source} image {index}",
+                png_bytes(source.images[index]),
+                int(source.labels[index]),
+            )
     elif isinstance(source, ShardSource):
         for shard in range(len(source.paths)):
             yield from source.samples(shard)
@@ -79,7 +84,9 @@ def complete_samples(source: Source, order: list[int] | None = None) -> Iterator
 
 def shuffled_order(num_samples: int, seed: int) -> list[int]:
     """A permutation of 0..N-1 keyed by `seed` (the same on every machine): the order shards are written in."""
-    return torch.sort(sample_keys(torch.arange(num_samples), seed, _SHUFFLE_DOMAIN), stable=True).indices.tolist()
+    return torch.sort(
+        sample_keys(torch.arange(num_samples), seed, _SHUFFLE_DOMAIN), stable=True
+    ).indices.tolist()
 
 
 @dataclass
@@ -113,7 +120,10 @@ def write_shards(source: Source, split: str, out: Path, shard_images: int, seed:
                 packed.files.append(out / f"{split}-{len(packed.files):06d}.tar")
                 tar, count = tarfile.open(packed.files[-1], "w", format=tarfile.USTAR_FORMAT), 0
             key = f"{index:09d}"
-            for name, payload in ((f"{key}.{extension(data)}", data), (f"{key}.{LABEL_EXTENSION}", b"%d" % label)):
+            for name, payload in (
+                (f"{key}.{extension(data)}", data),
+                (f"{key}.{LABEL_EXTENSION}", b"%d" % label),
+            ):
                 member = tarfile.TarInfo(name)
                 member.size, member.mtime, member.mode = len(payload), 0, 0o644  # byte-reproducible shards
                 tar.addfile(member, io.BytesIO(payload))
@@ -202,7 +212,9 @@ def summarise(source: Source, split: str, check: bool) -> Summary:
         try:
             for index, name, data, label in samples:
                 if data is None or label is None or not 0 <= label < len(source.classes):
-                    summary.unreadable.append(f"{name}: image or label missing, or label {label} out of range")
+                    summary.unreadable.append(
+                        f"{name}: image or label missing, or label {label} out of range"
+                    )
                     continue
                 counts[label] += 1
                 if index % every == 0:

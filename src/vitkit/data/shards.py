@@ -36,7 +36,19 @@ from .transforms import TrainTransform, key, sample_keys
 
 INFO_NAME = "dataset.json"
 UNKNOWN_IMAGE_EXTENSION = "img"  # the member name `vitkit data pack` gives bytes of no known image signature
-IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp", "ppm", "pgm", "tif", "tiff", "gif", UNKNOWN_IMAGE_EXTENSION)
+IMAGE_EXTENSIONS = (
+    "jpg",
+    "jpeg",
+    "png",
+    "webp",
+    "bmp",
+    "ppm",
+    "pgm",
+    "tif",
+    "tiff",
+    "gif",
+    UNKNOWN_IMAGE_EXTENSION,
+)
 LABEL_EXTENSION = "cls"
 SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
 _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
@@ -49,7 +61,13 @@ class ShardSource:
     reader = "WebDataset tar shards, streamed (tarfile), decoded per sample"
 
     def __init__(
-        self, directory: str | os.PathLike, split: str, *, workers: int = 0, prefetch: int = 2, on_corrupt: str = "stop"
+        self,
+        directory: str | os.PathLike,
+        split: str,
+        *,
+        workers: int = 0,
+        prefetch: int = 2,
+        on_corrupt: str = "stop",
     ) -> None:
         if on_corrupt not in ON_CORRUPT:
             raise ValueError(f"on_corrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
@@ -66,14 +84,20 @@ class ShardSource:
             splits = info["splits"]
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
-        name = split if split in splits else next((s for s in ("test", "val", "validation") if s in splits), None)
+        name = (
+            split
+            if split in splits
+            else next((s for s in ("test", "val", "validation") if s in splits), None)
+        )
         if split != "train" and name is None or split == "train" and split not in splits:
             raise FileNotFoundError(f"{info_path}: no {split} split (it lists {', '.join(splits)})")
         shards = splits[name]["shards"]
         self.paths = [directory / shard["name"] for shard in shards]
         missing = [str(p) for p in self.paths if not p.is_file()]
         if missing:
-            raise FileNotFoundError(f"{missing[0]}: missing shard ({len(missing)} of {len(self.paths)} missing)")
+            raise FileNotFoundError(
+                f"{missing[0]}: missing shard ({len(missing)} of {len(self.paths)} missing)"
+            )
         self.counts = np.array([int(shard["images"]) for shard in shards], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)])  # index of each shard's first sample
         self.classes = classes
@@ -133,7 +157,9 @@ class ShardSource:
         if image is None:
             raise ImageDecodeError(f"{name}: no image member ({', '.join(IMAGE_EXTENSIONS)})")
         if label is None or not 0 <= label < len(self.classes):
-            raise ImageDecodeError(f"{name}: label {label} missing or out of range for {len(self.classes)} classes")
+            raise ImageDecodeError(
+                f"{name}: label {label} missing or out of range for {len(self.classes)} classes"
+            )
         return decode_image(image, name=name, channels=channels)
 
 
@@ -156,8 +182,16 @@ class ShardSteps(IterableDataset):
     start + i, start + i + W, ... (and so always the same stream)."""
 
     def __init__(
-        self, source: ShardSource, transform: TrainTransform, batch: int, seed: int, rank: int, world_size: int,
-        start: int, stop: int, shape: tuple[int, ...],
+        self,
+        source: ShardSource,
+        transform: TrainTransform,
+        batch: int,
+        seed: int,
+        rank: int,
+        world_size: int,
+        start: int,
+        stop: int,
+        shape: tuple[int, ...],
     ) -> None:
         self.source, self.transform, self.batch, self.seed = source, transform, batch, seed
         self.rank, self.world_size, self.start, self.stop, self.shape = rank, world_size, start, stop, shape
@@ -196,7 +230,9 @@ class ShardSteps(IterableDataset):
             images, labels, indices, skipped = [], [], [], []
             try:
                 assert stream is not None  # opened at the first step
-                for _ in range(wanted - consumed):  # a resume: pass over what was trained on, without decoding
+                for _ in range(
+                    wanted - consumed
+                ):  # a resume: pass over what was trained on, without decoding
                     next(stream)
                 for _ in range(self.batch):
                     index, name, data, label = next(stream)
@@ -209,7 +245,9 @@ class ShardSteps(IterableDataset):
                     images.append(augmented[0])
                     labels.append(label)
                     indices.append(index)
-            except ValueError as err:  # a shard that ends early or is not a tar file: one line in the main process
+            except (
+                ValueError
+            ) as err:  # a shard that ends early or is not a tar file: one line in the main process
                 yield Batch(torch.empty(0, *self.shape), torch.empty(0, dtype=torch.int64), torch.empty(0), step,
                             error=str(err))  # fmt: skip
                 return
@@ -222,7 +260,9 @@ class ShardSteps(IterableDataset):
 class ShardChunks(Dataset):
     """Item k: the samples of the contiguous index range `chunks[k]` (evaluation), preprocessed."""
 
-    def __init__(self, source: ShardSource, chunks: list[torch.Tensor], preprocess, shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, source: ShardSource, chunks: list[torch.Tensor], preprocess, shape: tuple[int, ...]
+    ) -> None:
         self.source, self.chunks, self.preprocess, self.shape = source, chunks, preprocess, shape
 
     def __len__(self) -> int:

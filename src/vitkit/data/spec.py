@@ -1,9 +1,9 @@
 """What a `data.source` string names, and opening one split of it.
 
-    fashion_mnist, cifar10, cifar100, synthetic, digits   decoded once into memory (vitkit.data.sources)
-    folder:PATH  (or a bare directory PATH)                ImageFolder PATH/train, PATH/test|val, read lazily
-    hf:PATH                                                a Hugging Face `datasets` directory, memory-mapped
-    wds:DIR                                                WebDataset tar shards DIR/<split>-*.tar, streamed
+fashion_mnist, cifar10, cifar100, synthetic, digits   decoded once into memory (vitkit.data.sources)
+folder:PATH  (or a bare directory PATH)                ImageFolder PATH/train, PATH/test|val, read lazily
+hf:PATH                                                a Hugging Face `datasets` directory, memory-mapped
+wds:DIR                                                WebDataset tar shards DIR/<split>-*.tar, streamed
 """
 
 from __future__ import annotations
@@ -22,7 +22,12 @@ PREFIXES = tuple(f"{kind}:" for kind in READERS)
 
 
 def open_source(
-    spec: str, split: str, data_dir: str | None = None, *, on_corrupt: str = "stop", workers: int = 0,
+    spec: str,
+    split: str,
+    data_dir: str | None = None,
+    *,
+    on_corrupt: str = "stop",
+    workers: int = 0,
     prefetch: int = 2,
 ) -> ImageDataset | LazySource | ShardSource:
     """One split ('train' or 'test') of the source `spec` names; `workers`, `prefetch` and `on_corrupt` say how a

@@ -15,7 +15,9 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
     for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
     errors."""
     if isinstance(dataset, ShardSource):
-        raise ValueError(f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.source} is a stream")
+        raise ValueError(
+            f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.source} is a stream"
+        )
     num_classes = len(dataset.classes)
     if not num_classes <= size <= len(dataset):
         raise ValueError(
@@ -36,7 +38,9 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
     return torch.cat(chosen).sort().values
 
 
-def balanced_subset(dataset: ImageDataset | LazySource, size: int, seed: int = 0) -> ImageDataset | LazySource:
+def balanced_subset(
+    dataset: ImageDataset | LazySource, size: int, seed: int = 0
+) -> ImageDataset | LazySource:
     """A class-balanced subset of `size` images (`balanced_indices`), in their order in `dataset`."""
     indices = balanced_indices(dataset, size, seed, "data.train_subset")
     source = f"{dataset.source}; class-balanced subset of {size} images (seed {seed})"
@@ -51,6 +55,10 @@ def hold_out(
     held = balanced_indices(dataset, size, seed, "data.val_split")
     keep = torch.ones(len(dataset), dtype=torch.bool)
     keep[held] = False
-    rest = dataset.select(keep.nonzero().flatten(), f"{dataset.source}; {size} images held out for validation (seed {seed})")
-    validation = dataset.select(held, f"validation split of {size} images (seed {seed}) held out of {dataset.source}")
+    rest = dataset.select(
+        keep.nonzero().flatten(), f"{dataset.source}; {size} images held out for validation (seed {seed})"
+    )
+    validation = dataset.select(
+        held, f"validation split of {size} images (seed {seed}) held out of {dataset.source}"
+    )
     return rest, validation

@@ -44,12 +44,16 @@ def evaluate(
     num_classes = len(dataset.classes)
     model_classes = model.config.num_classes
     if model_classes != num_classes:
-        raise ValueError(f"the model has {model_classes} classes, the dataset {dataset.source} has {num_classes}")
+        raise ValueError(
+            f"the model has {model_classes} classes, the dataset {dataset.source} has {num_classes}"
+        )
     rank, world_size = world()
     indices = torch.arange(len(dataset)).tensor_split(world_size)[rank]
     img_size, in_chans = model.config.img_size, model.config.in_chans
     autocast = (
-        torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None else contextlib.nullcontext()
+        torch.autocast(device.type, dtype=autocast_dtype)
+        if autocast_dtype is not None
+        else contextlib.nullcontext()
     )
     k = min(5, num_classes)
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device)

@@ -389,8 +389,15 @@ class FewShotEvaluator:
         """The full report of `fewshot_eval` (mean, std and runs per shot), plus the extraction time."""
         train, test = self.features(model)
         report = fewshot_eval(
-            train, self.train_labels, test, self.test_labels, self.num_classes,
-            self.shots, self.seeds, self.l2, subsets=self.subsets,
+            train,
+            self.train_labels,
+            test,
+            self.test_labels,
+            self.num_classes,
+            self.shots,
+            self.seeds,
+            self.l2,
+            subsets=self.subsets,
         )
         report["num_train_images"] = int(len(self.train_labels))
         report["extract_seconds"] = self.last_extract_seconds

@@ -3,4 +3,12 @@
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
 from vitkit.models.registry import build_model, create_model, list_models, model_config
 
-__all__ = ["ResNetConfig", "ViTConfig", "build_model", "config_from_dict", "create_model", "list_models", "model_config"]
+__all__ = [
+    "ResNetConfig",
+    "ViTConfig",
+    "build_model",
+    "config_from_dict",
+    "create_model",
+    "list_models",
+    "model_config",
+]

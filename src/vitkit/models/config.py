@@ -72,7 +72,9 @@ class ViTConfig:
         if not (_is_number(self.resnet_width) and self.resnet_width > 0):
             raise ValueError(f"resnet_width must be a number > 0, got {self.resnet_width!r}")
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}")
+            raise ValueError(
+                f"hidden_size {self.hidden_size} must be divisible by num_heads {self.num_heads}"
+            )
         if self.pos_embed == "learned_2d" and self.hidden_size % 2:
             raise ValueError(f"pos_embed 'learned_2d' needs an even hidden_size, got {self.hidden_size}")
         if self.pos_embed == "sincos" and self.hidden_size % 4:
@@ -189,7 +191,9 @@ def _check_int(name: str, value: Any, low: int) -> None:
 def _check_sizes(name: str, values: Any, pair: bool = True) -> None:
     """A pair (or, with pair=False, a list) of integers >= 1."""
     if not isinstance(values, (tuple, list)) or (pair and len(values) != 2):
-        raise ValueError(f"{name} must be {'a pair of' if pair else 'a list of'} integers >= 1, got {values!r}")
+        raise ValueError(
+            f"{name} must be {'a pair of' if pair else 'a list of'} integers >= 1, got {values!r}"
+        )
     for value in values:
         if not _is_int(value) or value < 1:
             raise ValueError(f"{name} must hold integers >= 1, got {values!r}")

@@ -27,7 +27,9 @@ def quantize_colors(values: torch.Tensor, bits: int) -> torch.Tensor:
     return (q * weights).sum(-1)
 
 
-def patch_targets(images: torch.Tensor, patch: int, target: str, bits: int = 3, cells: int = 4) -> torch.Tensor:
+def patch_targets(
+    images: torch.Tensor, patch: int, target: str, bits: int = 3, cells: int = 4
+) -> torch.Tensor:
     """Per-patch targets in row-major token order: [B, N] classes, [B, N, cells^2] classes or [B, N, P*P*C] values."""
     B, C, H, W = images.shape
     if target == "pixels":
@@ -44,7 +46,10 @@ def patch_targets(images: torch.Tensor, patch: int, target: str, bits: int = 3, 
 
 
 def corrupt_patches(
-    patches: torch.Tensor, mask_token: torch.Tensor, rate: float = 0.5, generator: torch.Generator | None = None
+    patches: torch.Tensor,
+    mask_token: torch.Tensor,
+    rate: float = 0.5,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT-style corruption of [B, N, D] patch embeddings; returns (corrupted, selected mask [B, N])."""
     B, N, D = patches.shape
@@ -64,7 +69,9 @@ def corrupt_patches(
 class MaskedPatchPrediction(nn.Module):
     """A ViT with a [mask] embedding and a linear prediction head; `forward(images)` returns the loss."""
 
-    def __init__(self, vit: VisionTransformer, target: str = "mean_color", corrupt_rate: float = 0.5, bits: int = 3):
+    def __init__(
+        self, vit: VisionTransformer, target: str = "mean_color", corrupt_rate: float = 0.5, bits: int = 3
+    ):
         super().__init__()
         if target not in TARGETS:
             raise ValueError(f"mpp target must be one of {list(TARGETS)}, got {target!r}")
@@ -75,8 +82,11 @@ class MaskedPatchPrediction(nn.Module):
         self.patch = vit.config.input_stride
         dim, channels = vit.config.hidden_size, vit.config.in_chans
         self.num_colors = 2 ** (bits * channels)
-        outputs = {"mean_color": self.num_colors, "downsized": 16 * self.num_colors,
-                   "pixels": channels * self.patch**2}[target]
+        outputs = {
+            "mean_color": self.num_colors,
+            "downsized": 16 * self.num_colors,
+            "pixels": channels * self.patch**2,
+        }[target]
         self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
         nn.init.normal_(self.mask_token, std=0.02)
         self.head = nn.Linear(dim, outputs)

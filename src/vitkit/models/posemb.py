@@ -47,7 +47,9 @@ def square_grid(num_rows: int, what: str) -> Grid:
     """The square grid with `num_rows` positions; a stored non-square grid needs its config to be resampled."""
     side = math.isqrt(num_rows)
     if side * side != num_rows:
-        raise ValueError(f"{what}: {num_rows} grid positions do not form a square grid; pass the source img_size")
+        raise ValueError(
+            f"{what}: {num_rows} grid positions do not form a square grid; pass the source img_size"
+        )
     return (side, side)
 
 

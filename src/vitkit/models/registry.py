@@ -54,7 +54,12 @@ def _vit_entries() -> list[ModelEntry]:
             config: dict[str, Any] = dict(model_type="vit", patch_size=patch, **dims)
             entries.append(ModelEntry(f"ViT-{size}/{patch}", (timm,), config))
     # Hybrids (§4.1): option (ii) stage 4 folded into stage 3 -> stride 16; option (i) full ResNet50 -> stride 32.
-    for size, layers, stride in (("B", (3, 4, 9), 16), ("L", (3, 4, 9), 16), ("B", (3, 4, 6, 3), 32), ("L", (3, 4, 6, 3), 32)):
+    for size, layers, stride in (
+        ("B", (3, 4, 9), 16),
+        ("L", (3, 4, 9), 16),
+        ("B", (3, 4, 6, 3), 32),
+        ("L", (3, 4, 6, 3), 32),
+    ):
         timm = f"vit_{TIMM_SIZE_NAMES[size]}_r50_s{stride}_224"
         config = dict(model_type="vit", patch_size=1, resnet_layers=layers, **VIT_SIZES[size])
         entries.append(ModelEntry(f"R50+ViT-{size}/{stride}", (timm,), config))
@@ -67,7 +72,9 @@ def _resnet_entries() -> list[ModelEntry]:
     for name, (layers, width) in RESNET_SIZES.items():
         depth = name[1:].split("x")[0]
         timm = f"resnetv2_{depth}x{width}_bit"
-        entries.append(ModelEntry(name, (timm,), dict(model_type="resnetv2", layers=layers, width_factor=width)))
+        entries.append(
+            ModelEntry(name, (timm,), dict(model_type="resnetv2", layers=layers, width_factor=width))
+        )
     return entries
 
 
@@ -79,7 +86,9 @@ def list_models(pattern: str = "*") -> list[str]:
     """Registered paper names whose name or timm alias matches the glob `pattern` (case-insensitive)."""
     pattern = pattern.lower()
     return [
-        e.name for e in MODELS.values() if any(fnmatch.fnmatch(k.lower(), pattern) for k in (e.name, *e.aliases))
+        e.name
+        for e in MODELS.values()
+        if any(fnmatch.fnmatch(k.lower(), pattern) for k in (e.name, *e.aliases))
     ]
 
 
@@ -87,7 +96,9 @@ def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
     """The config of a registered variant with any field overridden."""
     entry = _LOOKUP.get(name.lower())
     if entry is None:
-        raise ValueError(f"unknown model {name!r}; see vitkit.list_models() (e.g. 'ViT-B/16', 'vit_base_patch16_224')")
+        raise ValueError(
+            f"unknown model {name!r}; see vitkit.list_models() (e.g. 'ViT-B/16', 'vit_base_patch16_224')"
+        )
     return config_from_dict(dict(entry.config), **overrides)
 
 

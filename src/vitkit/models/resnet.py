@@ -205,7 +205,9 @@ class ResNetV1(nn.Module):
             yield name, x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ((_, features),) = deque(self._walk(x), maxlen=1)  # run to the end: the last output is the feature map
+        ((_, features),) = deque(
+            self._walk(x), maxlen=1
+        )  # run to the end: the last output is the feature map
         return features
 
     def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -54,11 +54,15 @@ class Attention(nn.Module):
         self.proj_drop = nn.Dropout(proj_drop)
         self.rel_pos = RelativePositionBias(num_rel_tokens, self.head_dim) if num_rel_tokens else None
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, x: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         B, T, D = x.shape
         # One projection, split into per-head views [B, heads, T, head_dim]: the backward of split is one
         # concatenation into the layout the projection's backward reads (permute + unbind costs two copies).
-        q, k, v = (t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for t in self.qkv(x).split(D, -1))
+        q, k, v = (
+            t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for t in self.qkv(x).split(D, -1)
+        )
         bias = self.rel_pos(q * self.scale) if self.rel_pos is not None else None
         dropout_p = self.attn_drop if self.training else 0.0
         if need_weights:
@@ -67,7 +71,9 @@ class Attention(nn.Module):
             out = F.dropout(weights, dropout_p, self.training) @ v
         else:
             weights = None
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale)
+            out = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale
+            )
         out = out.transpose(1, 2).reshape(B, T, D)
         return self.proj_drop(self.proj(out)), weights
 
@@ -99,7 +105,9 @@ class Block(nn.Module):
         self.mlp = Mlp(dim, config.mlp_dim, config.activation, config.dropout)
         self.drop_path = StochasticDepth(drop_path, mode="row")
 
-    def forward(self, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self, x: torch.Tensor, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         attended, weights = self.attn(self.norm1(x), need_weights)
         x = x + self.drop_path(attended)  # Eq. 2
         x = x + self.drop_path(self.mlp(self.norm2(x)))  # Eq. 3
@@ -114,21 +122,35 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         self.config = config
         dim = config.hidden_size
         if config.resnet_layers is not None:
-            self.backbone: ResNetV1 | None = ResNetV1(config.resnet_layers, config.resnet_width, config.in_chans)
+            self.backbone: ResNetV1 | None = ResNetV1(
+                config.resnet_layers, config.resnet_width, config.in_chans
+            )
             embed_in = self.backbone.out_channels
         else:
             self.backbone = None
             embed_in = config.in_chans
         self.patch_embed = PatchEmbed(embed_in, dim, to_pair(config.patch_size))
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.classifier == "token" else None
-        self.pos_embed = build_position_embedding(config.pos_embed, config.num_prefix_tokens, config.grid_size, dim)
+        self.pos_embed = build_position_embedding(
+            config.pos_embed, config.num_prefix_tokens, config.grid_size, dim
+        )
         self.pos_drop = nn.Dropout(config.dropout)
-        num_rel_tokens = config.num_prefix_tokens + math.prod(config.grid_size) if config.pos_embed == "relative" else 0
-        rates = [config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)]  # stochastic depth, linear
+        num_rel_tokens = (
+            config.num_prefix_tokens + math.prod(config.grid_size) if config.pos_embed == "relative" else 0
+        )
+        rates = [
+            config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)
+        ]  # stochastic depth, linear
         self.blocks = nn.ModuleList(Block(config, rate, num_rel_tokens) for rate in rates)
         self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
-        self.pre_logits = PreLogits(dim, config.representation_size) if config.representation_size else nn.Identity()
-        self.head = nn.Linear(config.representation_size or dim, config.num_classes) if config.num_classes else nn.Identity()
+        self.pre_logits = (
+            PreLogits(dim, config.representation_size) if config.representation_size else nn.Identity()
+        )
+        self.head = (
+            nn.Linear(config.representation_size or dim, config.num_classes)
+            if config.num_classes
+            else nn.Identity()
+        )
         self.grad_checkpointing = False
         self.init_weights()
 
@@ -237,7 +259,6 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
             lecun_normal_(self.pre_logits.fc.weight)
             nn.init.zeros_(self.pre_logits.fc.bias)
         _zero(self.head)
-
 
 
 class PreLogits(nn.Module):

@@ -32,4 +32,6 @@ def keep_freed_memory() -> bool:
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    return bool(libc.mallopt(M_MMAP_THRESHOLD, RETAIN_BYTES)) and bool(libc.mallopt(M_TRIM_THRESHOLD, RETAIN_BYTES))
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, RETAIN_BYTES)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, RETAIN_BYTES)
+    )

@@ -103,7 +103,9 @@ def load_checkpoint(
     if not is_sharded(path) and not sharded_model:
         return ckpt.load_checkpoint(path, model, optimizer, ema)
     if ema is not None:
-        raise ValueError(f"{path}: a sharded (FSDP) checkpoint has no EMA weights, but train.ema_decay is set")
+        raise ValueError(
+            f"{path}: a sharded (FSDP) checkpoint has no EMA weights, but train.ema_decay is set"
+        )
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions,
         get_state_dict,

@@ -128,7 +128,9 @@ def _train(
     validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
     if data.val_split:
         labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
-    train_set = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
+    train_set = (
+        balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
+    )
     train_set = on_device(train_set, device)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
     num_classes = len(train_set.classes)
@@ -149,7 +151,9 @@ def _train(
     # would need every rank, is refused).
     fewshot = None
     if t.fewshot_every and rank == 0:
-        fewshot = FewShotEvaluator(labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype)
+        fewshot = FewShotEvaluator(
+            labelled, test_set, num_test=t.fewshot_num_test, autocast_dtype=autocast_dtype
+        )
     state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
@@ -158,9 +162,13 @@ def _train(
         check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
     if rank == 0 and not resume:
-        create_run_dir(run_dir, config, lock)  # only now: a recipe, dataset or model that fails leaves nothing
+        create_run_dir(
+            run_dir, config, lock
+        )  # only now: a recipe, dataset or model that fails leaves nothing
 
-    metrics = report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
+    metrics = (
+        report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
+    )
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
     progress.write(
         f"{'resuming at step ' + str(start_step) if checkpoint else 'training'}: {describe(model)}; data: "
@@ -183,7 +191,9 @@ def _train(
             try:
                 losses.append(done, *train_step(step, split if log_step else None))
                 # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
-                logged = losses.read() if log_step or done % t.checkpoint_every == 0 or not losses.deferred else []
+                logged = (
+                    losses.read() if log_step or done % t.checkpoint_every == 0 or not losses.deferred else []
+                )
             except NonFiniteLoss as error:
                 raise NonFiniteLoss(f"{error} ({last_good_checkpoint(run_dir)})") from None
             for line in train_set.skipped[skips_before:]:
@@ -241,13 +251,22 @@ def _train(
         progress.close()
         if metrics is not None:
             metrics.close()
-    summary = {**evaluations, "steps": t.steps, "world_size": world_size, "wall_seconds": wall,
-               **precision.record(), "step_seconds": split.per_step(), "data_wait_share": split.share("data"),
-               "skipped_images": skipped}
+    summary = {
+        **evaluations,
+        "steps": t.steps,
+        "world_size": world_size,
+        "wall_seconds": wall,
+        **precision.record(),
+        "step_seconds": split.per_step(),
+        "data_wait_share": split.share("data"),
+        "skipped_images": skipped,
+    }
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
     assert final_model is not None  # rank 0, the one that reaches here
-    return finish(run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds)
+    return finish(
+        run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds
+    )
 
 
 class TrainStep:
@@ -295,8 +314,15 @@ class TrainStep:
         batch = self.batches(step)
         split.lap("data")
         loss = accumulate_gradients(
-            self.forward, self.loss_function, self.transform, batch, self.batches.epoch(step), self.micro,
-            self.device, self.autocast_dtype, split,
+            self.forward,
+            self.loss_function,
+            self.transform,
+            batch,
+            self.batches.epoch(step),
+            self.micro,
+            self.device,
+            self.autocast_dtype,
+            split,
         )
         loss = all_reduce_mean(loss)
         if self.device.type != "cuda":
@@ -400,18 +426,24 @@ def run_precision(
     backward pass of the first micro-batch in both precisions. Rank 0 decides for every rank."""
     saved = json.loads((checkpoint / ckpt.STATE_NAME).read_text()) if checkpoint is not None else {}
     if "precision" in saved:
-        return Precision(saved["precision"], f"{saved['precision_reason']} (kept from the run's start)", device)
+        return Precision(
+            saved["precision"], f"{saved['precision_reason']} (kept from the run's start)", device
+        )
     t = config.train
     transform = train_transform(config, model, len(train_set.classes))
     loss_function = objective_loss(t)
-    first: list[tuple[torch.Tensor, torch.Tensor]] = []  # made on the first call: most decisions never measure
+    first: list[
+        tuple[torch.Tensor, torch.Tensor]
+    ] = []  # made on the first call: most decisions never measure
 
     def forward_backward(dtype: torch.dtype | None) -> None:
         if not first:
             batches = TrainBatches(train_set, transform, t.batch_size, t.seed, 1, device, *world())
             batch = batches(0)
             batches.close()
-            first.append(transform.mix_batch(batch.images[:micro], batch.labels[:micro], batch.indices[:micro], 0))
+            first.append(
+                transform.mix_batch(batch.images[:micro], batch.labels[:micro], batch.indices[:micro], 0)
+            )
         x, y = first[0]
         with autocast(device, dtype):
             loss = loss_function(model, x, y)
@@ -478,7 +510,9 @@ def final_evaluation(
     """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
     test set (corrupted reproducibly) and no confusion matrix."""
     if train.objective == "mpp":
-        return {"mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch_size, autocast_dtype)}, None
+        return {
+            "mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch_size, autocast_dtype)
+        }, None
     result = evaluate(model, test_set, batch_size=train.eval_batch_size, autocast_dtype=autocast_dtype)
     return result.as_dict(), result.confusion
 
@@ -508,7 +542,9 @@ def accumulate_gradients(
     full batch: the paper's batch sizes on small hardware.
     """
     loss = torch.zeros((), device=device)
-    chunks = list(zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True))
+    chunks = list(
+        zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True)
+    )
     for i, (images, labels, indices) in enumerate(chunks):
         x, y = transform.mix_batch(images, labels, indices, epoch)
         split.lap("data")
@@ -579,7 +615,9 @@ def create_run_dir(run_dir: Path, config: RunConfig, lock: RunDirLock) -> None:
 
 def _refuse_existing(run_dir: Path) -> None:
     if (run_dir / RECIPE_NAME).exists():
-        raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --out")
+        raise ValueError(
+            f"{run_dir} already holds a run; pass --resume to continue it or choose another --out"
+        )
 
 
 def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> nn.Module:
@@ -599,12 +637,16 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
         assert m.name is not None  # the recipe sets exactly one of name and weights
         model = create_model(m.name, **{"num_classes": classes, **m.overrides})
     if model.config.num_classes != classes:
-        needs = "train.objective='mpp' trains no classifier" if mpp else f"the dataset has {num_classes} classes"
+        needs = (
+            "train.objective='mpp' trains no classifier" if mpp else f"the dataset has {num_classes} classes"
+        )
         raise ValueError(f"model.num_classes is {model.config.num_classes} but {needs}")
     if not mpp:
         return model
     if not isinstance(model, VisionTransformer):
-        raise ValueError(f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}")
+        raise ValueError(
+            f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}"
+        )
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
 
 

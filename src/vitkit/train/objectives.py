@@ -20,7 +20,9 @@ from vitkit.data import Source, eval_batches
 from vitkit.models.config import to_pair
 from vitkit.models.mpp import MaskedPatchPrediction
 
-LossFunction = Callable[[nn.Module, torch.Tensor, torch.Tensor], torch.Tensor]  # (forward, images, labels) -> loss
+LossFunction = Callable[
+    [nn.Module, torch.Tensor, torch.Tensor], torch.Tensor
+]  # (forward, images, labels) -> loss
 
 
 def smooth_targets(labels: torch.Tensor, num_classes: int, smoothing: float) -> torch.Tensor:
@@ -29,7 +31,9 @@ def smooth_targets(labels: torch.Tensor, num_classes: int, smoothing: float) -> 
     return targets * (1.0 - smoothing) + smoothing / num_classes if smoothing else targets
 
 
-def classification_loss(logits: torch.Tensor, labels: torch.Tensor, loss: str, smoothing: float) -> torch.Tensor:
+def classification_loss(
+    logits: torch.Tensor, labels: torch.Tensor, loss: str, smoothing: float
+) -> torch.Tensor:
     """Mean over the batch of softmax cross-entropy, or of sigmoid cross-entropy summed over the classes."""
     logits = logits.float()  # the loss in float32 also under bf16 autocast
     targets = smooth_targets(labels, logits.shape[-1], smoothing)
@@ -59,7 +63,9 @@ def masked_patch_test_loss(
     batch i is corrupted with a generator seeded with i. Ranks take every world_size-th batch; sums are reduced."""
     rank, world_size = world()
     device = model.mask_token.device
-    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+    autocast = (
+        torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+    )
     config = model.vit.config
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss x images, images
     was_training = model.training
@@ -67,7 +73,9 @@ def masked_patch_test_loss(
     try:
         chunks = torch.arange(len(dataset)).split(batch_size)
         mine = list(range(rank, len(chunks), world_size))
-        batches = eval_batches(dataset, [chunks[i] for i in mine], to_pair(config.img_size), config.in_chans, device)
+        batches = eval_batches(
+            dataset, [chunks[i] for i in mine], to_pair(config.img_size), config.in_chans, device
+        )
         for i, batch in zip(mine, batches, strict=True):
             with autocast:
                 loss = model(batch.images, generator=torch.Generator(device).manual_seed(i))

@@ -24,7 +24,9 @@ def parameter_groups(model: Model | MaskedPatchPrediction, weight_decay: float) 
     return groups + [{"params": no_decay, "weight_decay": 0.0}] if no_decay else groups
 
 
-def build_optimizer(model: Model | MaskedPatchPrediction, optim: OptimSection, device: torch.device) -> torch.optim.Optimizer:
+def build_optimizer(
+    model: Model | MaskedPatchPrediction, optim: OptimSection, device: torch.device
+) -> torch.optim.Optimizer:
     """AdamW with decoupled weight decay, or SGD with momentum; fused kernels where the device has them."""
     groups = parameter_groups(model, optim.weight_decay)
     fast = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}

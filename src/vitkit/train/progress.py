@@ -14,18 +14,26 @@ class Progress:
     def __init__(self, total: int, initial: int, log_every: int, enabled: bool = True) -> None:
         self.total, self.log_every, self.enabled = total, log_every, enabled
         on_terminal = enabled and sys.stderr.isatty()
-        self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True) if on_terminal else None
+        self.bar = (
+            tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True) if on_terminal else None
+        )
         self.start_time, self.start_step = time.perf_counter(), initial
 
-    def update(self, step: int, loss: float, lr: float, images_per_second: float, data_wait: float = 0.0) -> None:
+    def update(
+        self, step: int, loss: float, lr: float, images_per_second: float, data_wait: float = 0.0
+    ) -> None:
         """Record completed `step` (1-based count); `data_wait` is the share of the timed steps so far spent on
         their input (waiting for the batch, mixing it)."""
         if not self.enabled:
             return
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
-            postfix = {"loss": f"{loss:.4f}", "lr": f"{lr:.2e}", "img/s": f"{images_per_second:.0f}",
-                       "data wait": f"{data_wait:.0%}"}
+            postfix = {
+                "loss": f"{loss:.4f}",
+                "lr": f"{lr:.2e}",
+                "img/s": f"{images_per_second:.0f}",
+                "data wait": f"{data_wait:.0%}",
+            }
             self.bar.set_postfix(postfix, refresh=False)
         elif step % self.log_every == 0 or step == self.total:
             elapsed = time.perf_counter() - self.start_time

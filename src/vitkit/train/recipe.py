@@ -37,7 +37,9 @@ RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and re
 class ModelSection:
     """A registry `name` (trained from scratch) or `weights` (fine-tuned), plus ViTConfig/ResNetConfig overrides."""
 
-    name: str | None = "ViT-Mini/4"  # width 96, 4 layers, 3 heads (vitkit.models.registry), for 28x28 grayscale
+    name: str | None = (
+        "ViT-Mini/4"  # width 96, 4 layers, 3 heads (vitkit.models.registry), for 28x28 grayscale
+    )
     weights: str | None = None
     overrides: dict[str, Any] = field(default_factory=lambda: dict(img_size=28, in_chans=1, classifier="gap"))
 
@@ -159,7 +161,9 @@ class RunConfig:
     def validate(self) -> RunConfig:
         """Cross-field checks, so a bad recipe fails before any data is loaded."""
         if (self.model.name is None) == (self.model.weights is None):
-            raise ValueError("set exactly one of model.name (train from scratch) and model.weights (fine-tune)")
+            raise ValueError(
+                "set exactly one of model.name (train from scratch) and model.weights (fine-tune)"
+            )
         try:
             architecture = model_config(self.model.name, **self.model.overrides) if self.model.name else None
         except (ValueError, TypeError) as error:
@@ -176,13 +180,19 @@ class RunConfig:
         self._validate_ranges()
         t = self.train
         if not 0 <= self.optim.warmup_steps < t.steps:
-            raise ValueError(f"optim.warmup_steps {self.optim.warmup_steps} must be in [0, train.steps={t.steps})")
+            raise ValueError(
+                f"optim.warmup_steps {self.optim.warmup_steps} must be in [0, train.steps={t.steps})"
+            )
         if not 0.0 <= t.ema_decay < 1.0:
             raise ValueError(f"train.ema_decay must be in [0, 1) (0 turns averaging off), got {t.ema_decay}")
         if t.strategy == "fsdp" and t.ema_decay:
-            raise ValueError("train.ema_decay is not supported with train.strategy='fsdp' yet; set it to 0 or use ddp")
+            raise ValueError(
+                "train.ema_decay is not supported with train.strategy='fsdp' yet; set it to 0 or use ddp"
+            )
         if t.processes < 1 or t.threads < 0:
-            raise ValueError(f"train.processes must be >= 1 and train.threads >= 0, got {t.processes} and {t.threads}")
+            raise ValueError(
+                f"train.processes must be >= 1 and train.threads >= 0, got {t.processes} and {t.threads}"
+            )
         if t.checkpoint_every <= 0 or t.keep_checkpoints <= 0:
             raise ValueError("train.checkpoint_every and train.keep_checkpoints must be positive")
         if t.fewshot_every < 0 or t.fewshot_num_test <= 0:
@@ -197,7 +207,9 @@ class RunConfig:
                 f"data.workers must be >= 0 and data.prefetch >= 1, got {self.data.workers} and {self.data.prefetch}"
             )
         if self.data.train_subset < 0:
-            raise ValueError(f"data.train_subset must be >= 0 (0 trains on every image), got {self.data.train_subset}")
+            raise ValueError(
+                f"data.train_subset must be >= 0 (0 trains on every image), got {self.data.train_subset}"
+            )
         if self.data.val_split < 0:
             raise ValueError(f"data.val_split must be >= 0 (0 holds nothing out), got {self.data.val_split}")
         if t.objective == "mpp":
@@ -267,8 +279,12 @@ def finetune_defaults() -> RunConfig:
     """The paper's fine-tuning recipe (§3.2, B.1.1), sized for Fashion-MNIST on a small machine."""
     return RunConfig(
         model=ModelSection(name=None, overrides={}),
-        optim=OptimSection(name="sgd", lr=0.01, weight_decay=0.0, momentum=0.9, warmup_steps=10, schedule="cosine"),
-        train=TrainSection(steps=100, batch_size=512, micro_batch_size=128, label_smoothing=0.0, ema_decay=0.9999),
+        optim=OptimSection(
+            name="sgd", lr=0.01, weight_decay=0.0, momentum=0.9, warmup_steps=10, schedule="cosine"
+        ),
+        train=TrainSection(
+            steps=100, batch_size=512, micro_batch_size=128, label_smoothing=0.0, ema_decay=0.9999
+        ),
     )
 
 
@@ -347,7 +363,9 @@ SECTIONS = [f.name for f in dataclasses.fields(RunConfig)]
 
 def valid_keys(config: RunConfig, section: str) -> list[str]:
     """Every settable key of a section; [model] also takes the fields of the named model's config class."""
-    keys = [f"{section}.{f.name}" for f in dataclasses.fields(getattr(config, section)) if f.name != "overrides"]
+    keys = [
+        f"{section}.{f.name}" for f in dataclasses.fields(getattr(config, section)) if f.name != "overrides"
+    ]
     if section == "model" and config.model.name is not None:
         model_fields = dataclasses.fields(type(model_config(config.model.name)))
         keys += [f"model.{f.name}" for f in model_fields]
@@ -414,4 +432,3 @@ def _check_range(
     if not (math.isfinite(value) and above and below):
         bounds = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open or math.isinf(high) else ']'}"
         raise ValueError(f"{key} must be in {bounds}, got {value}")
-

@@ -98,9 +98,7 @@ def load_state(
     )
 
 
-def _load_directory(
-    path: Path, format: str | None, hints: dict[str, Any], options: dict[str, Any]
-) -> Model:
+def _load_directory(path: Path, format: str | None, hints: dict[str, Any], options: dict[str, Any]) -> Model:
     """A vitkit save_pretrained / run directory, or a transformers save_pretrained directory."""
     directory = resolve_directory(path)
     config_path = directory / CONFIG_NAME
