@@ -3,13 +3,14 @@ each, and check that nothing breaks and nothing is lost.
 
 Runs of a tiny recipe on the embedded Fashion-MNIST subset (dropout, drop-path, EMA and gradient accumulation
 on: every piece of state a resume must restore) are killed until --kills SIGKILLs have landed, up to
---kills-per-run a run: at a random time, while a checkpoint is being written (a `.tmp-*` directory exists), or
-while final/ is being written (which ends that run's kills). After each kill the run is resumed; after its
+--kills-per-run a run: in training (after a random number of the process's own checkpoints, then a random part
+of the interval between two), while a random checkpoint is being written (a `.tmp-*` directory exists), or while
+final/ is being written (which ends that run's kills; so does a run with no checkpoint left before its end). After each kill the run is resumed; after its
 last one it runs to the end. Every checkpoint the killed and resumed processes completed, final/ and the logged
 training losses must be bitwise equal to those of one uninterrupted run, and no temporary file may remain.
 Prints one line per kill and a summary.
 
-    nice -n 10 python benchmarks/fault_injection.py --kills 25 --steps 30 --checkpoint-every 5 --seed 0
+    python benchmarks/fault_injection.py --kills 25 --steps 30 --checkpoint-every 5 --seed 0
 """
 
 from __future__ import annotations
@@ -93,7 +94,9 @@ class Target:
     into training ('random'), or inside the next checkpoint write ('checkpoint') or the final write ('final')."""
 
     def __init__(self, phase: str, ahead: int, interval_s: float, rng: random.Random) -> None:
-        self.phase = phase if phase != "random" or ahead >= 1 else "checkpoint"
+        self.phase = (
+            phase if ahead >= 1 else "final"
+        )  # with no checkpoint left before the end, the final write
         self.wait = rng.randint(1, ahead) if self.phase == "random" else rng.randint(0, max(ahead - 1, 0))
         self.delay = rng.uniform(0.1, 0.9) * interval_s
 
