@@ -19,7 +19,7 @@ run: setup
 	$(BIN)/vitkit train
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses=4
 
 test-slow: setup
 	$(BIN)/python -m pytest -m slow -rs
