@@ -188,3 +188,13 @@ def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkey
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert 0.6 < report["data_wait_share"] <= 1.0 and report["step_seconds"]["data"] >= 4 * 0.03
     assert "data wait" in capsys.readouterr().out
+
+
+def test_a_micro_batch_cap_above_the_batch_trains_as_one_pass(tmp_path, tiny):
+    runs = {}
+    for cap in (0, 128):  # 128 > the batch of 32: finetune's default cap with a small batch
+        runs[cap] = tmp_path / f"cap{cap}"
+        args = ["train", "--out", str(runs[cap]), "--steps", "4", *tiny, f"train.micro_batch_size={cap}"]
+        assert cli.main(args) == 0
+    weights = [load_state_dict(run / "final" / "model.safetensors") for run in runs.values()]
+    assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])

@@ -141,3 +141,13 @@ def test_mpp_needs_a_vision_transformer():
         ValueError, match="train.objective='mpp' needs a Vision Transformer, but model.name 'R50x1'"
     ):
         config.validate()
+
+
+def test_the_micro_batch_caps_each_ranks_share_of_the_batch():
+    train = RunConfig().train
+    train.batch_size, train.micro_batch_size = 512, 128
+    assert [train.micro_batch(world) for world in (1, 2, 8)] == [128, 128, 64]
+    train.batch_size = 8  # a share at or under the cap is one pass (finetune's cap of 128 with a small batch)
+    assert train.micro_batch(1) == 8 and train.micro_batch(2) == 4
+    train.micro_batch_size = 0
+    assert train.micro_batch(4) == 2

@@ -112,9 +112,8 @@ def _train(
     device = local_device(resolve_device(t.device))
     if t.threads:
         torch.set_num_threads(t.threads)
-    per_rank = t.batch_size // world_size
-    micro = t.micro_batch_size or per_rank
-    if t.batch_size % world_size or per_rank % micro:
+    micro = t.micro_batch(world_size)
+    if t.batch_size % world_size or (t.batch_size // world_size) % micro:
         raise ValueError(
             f"train.batch_size {t.batch_size} must split evenly over {world_size} rank(s) and then into "
             f"micro-batches of train.micro_batch_size {t.micro_batch_size}"
@@ -293,7 +292,7 @@ class TrainStep:
         if device.type == "cpu" and t.keep_freed_memory:
             keep_freed_memory()  # the step's freed activations and gradients stay in the process for the next
         self.rank, self.world_size = world()
-        self.micro = t.micro_batch_size or t.batch_size // self.world_size
+        self.micro = t.micro_batch(self.world_size)
         self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
                                     self.world_size)  # fmt: skip
         self.loss_function = objective_loss(t)

@@ -109,6 +109,10 @@ class TrainSection:
     run). On a CPU, N processes of `threads` threads each use the cores better than one process with N times the
     threads: a small model's many small kernels parallelise poorly within one process (BENCHMARKS.md).
 
+    `micro_batch_size` M > 0 caps the images of one forward/backward pass: a rank's share of the batch is run in
+    micro-batches of M and their gradients summed, which bounds activation memory without changing the step. A
+    batch share of M or fewer images is one pass; 0 is no cap.
+
     `keep_freed_memory` (on by default; CPU with glibc only) makes the process keep freed memory for reuse, as a
     GPU's caching allocator does, instead of faulting each step's activations and gradients in again: steps up to
     ~1.14x faster (vitkit.train.allocator). It sets glibc's malloc thresholds for the whole process, for as long as
@@ -147,6 +151,11 @@ class TrainSection:
     processes: int = 1
     strategy: str = "auto"
     keep_freed_memory: bool = True
+
+    def micro_batch(self, world_size: int) -> int:
+        """Images per forward/backward pass on each of `world_size` ranks."""
+        per_rank = self.batch_size // world_size
+        return min(self.micro_batch_size or per_rank, per_rank)
 
 
 @dataclass
