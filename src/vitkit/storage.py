@@ -64,14 +64,18 @@ def device_of(path: str | os.PathLike) -> str:
 def is_disk_full(error: BaseException, path: str | os.PathLike) -> bool:
     """Whether a failed write was for want of space: ENOSPC/EDQUOT anywhere in the exception chain (or in the
     text of libraries that wrap it), or no space left where `path` lives (torch.save's zip writer reports a full
-    disk as "unexpected pos")."""
+    disk as "unexpected pos"). Other errors (a diverged loss, a bad value) are never taken for a full disk."""
+    chain: list[BaseException] = []
     seen: BaseException | None = error
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if "No space left on device" in str(seen) or "StorageFull" in str(seen):
             return True
+        chain.append(seen)
         seen = seen.__cause__ or seen.__context__
+    if not any(isinstance(seen, OSError) or "unexpected pos" in str(seen) for seen in chain):
+        return False
     existing = Path(path).absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -111,3 +111,23 @@ def test_shards_are_written_in_a_seeded_shuffle_of_the_source(tmp_path):
     assert keys == shuffled_order(len(sources["train"]), 3) and keys != sorted(keys)
     assert [label for *_, label in samples] == sources["train"].labels[keys].tolist()
     assert [data for _, _, data, _ in samples] == [sources["train"].encoded(key) for key in keys]
+
+
+def test_a_label_that_is_not_a_number_is_that_samples_error_or_skip(shards, tmp_path):
+    broken = tmp_path / "wds"
+    shutil.copytree(shards, broken)
+    first = broken / "train-000000.tar"
+    with tarfile.open(first) as tar:
+        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    bad = next(m for m, _ in members if m.name.endswith(".cls"))
+    with tarfile.open(first, "w") as tar:
+        for member, data in members:
+            text = b"cat" if member is bad else data
+            member.size = len(text)
+            tar.addfile(member, io.BytesIO(text))
+    sample = bad.name.removesuffix(".cls")
+    with pytest.raises(ValueError, match=rf"{sample}: label None missing or out of range"):
+        stream(ShardSource(broken, "train"), 5)
+    skipping = ShardSource(broken, "train", on_corrupt="skip")
+    batches = stream(skipping, 5)
+    assert sum(len(b.indices) for b in batches) == 5 * 12 - 1  # only that sample left out

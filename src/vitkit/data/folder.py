@@ -96,11 +96,11 @@ class FolderSource(LazySource):
         super().__init__(torch.tensor(labels, dtype=torch.int64), classes, source, **options)
         self.directory = directory
         # Fixed-width bytes: one numpy buffer, shared by forked workers (no per-path Python objects).
-        self.paths = np.array([p.encode() for p in paths], dtype=np.bytes_)
+        self.paths = np.array([os.fsencode(p) for p in paths], dtype=np.bytes_)
 
     def _bytes(self, position: int) -> bytes:
         with open(self._name(position), "rb") as file:
             return file.read()
 
     def _name(self, position: int) -> str:
-        return os.path.join(self.directory, self.paths[position].decode())
+        return os.path.join(self.directory, os.fsdecode(self.paths[position]))

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .decode import ImageDecodeError
 from .lazy import LazySource
 
 TEST_SPLITS = ("test", "validation", "val")
@@ -104,6 +105,10 @@ class HFSource(LazySource):
         cell = self.table[position][self.image_column]
         if cell.get("bytes") is not None:
             return cell["bytes"]
+        if not cell.get("path"):
+            raise ImageDecodeError(
+                f"{self._name(position)}: no image bytes or path in column {self.image_column!r}"
+            )
         with open(cell["path"], "rb") as file:
             return file.read()
 

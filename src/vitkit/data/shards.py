@@ -143,7 +143,7 @@ class ShardSource:
                     if extension.lower() in IMAGE_EXTENSIONS:
                         image = data
                     elif extension == LABEL_EXTENSION:
-                        label = int(data.decode().strip())
+                        label = parse_label(data)
                 if current is not None:
                     yield first + position, f"{path}:{current}", image, label
                     position += 1
@@ -161,6 +161,14 @@ class ShardSource:
                 f"{name}: label {label} missing or out of range for {len(self.classes)} classes"
             )
         return decode_image(image, name=name, channels=channels)
+
+
+def parse_label(data: bytes) -> int | None:
+    """A `.cls` member's class index; None (reported per sample by decode) when it is not an integer."""
+    try:
+        return int(data.decode().strip())
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 def stream_batches_per_epoch(source: ShardSource, streams: int, batch: int) -> int:

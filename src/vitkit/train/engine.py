@@ -89,7 +89,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
         try:
             return _train(config, run_dir, lock, resume=resume)
         except Exception as error:
-            if isinstance(error, ValueError) or not is_disk_full(error, run_dir):
+            if not is_disk_full(error, run_dir):
                 raise
             path = error.path if isinstance(error, DiskFull) else getattr(error, "filename", None) or run_dir
             raise DiskFull(path, f"; {last_good_checkpoint(run_dir)}") from error
