@@ -94,9 +94,8 @@ class Target:
     into training ('random'), or inside the next checkpoint write ('checkpoint') or the final write ('final')."""
 
     def __init__(self, phase: str, ahead: int, interval_s: float, rng: random.Random) -> None:
-        self.phase = (
-            phase if ahead >= 1 else "final"
-        )  # with no checkpoint left before the end, the final write
+        # With no checkpoint left before the end, the final write.
+        self.phase = phase if ahead >= 1 else "final"
         self.wait = rng.randint(1, ahead) if self.phase == "random" else rng.randint(0, max(ahead - 1, 0))
         self.delay = rng.uniform(0.1, 0.9) * interval_s
 
@@ -195,9 +194,7 @@ def main() -> int:
                 break
             kills += 1
             hits[hit] = hits.get(hit, 0) + 1
-            if (
-                hit == "final write" or kills == args.kills
-            ):  # nothing left to kill in this run, or enough kills
+            if hit == "final write" or kills == args.kills:  # nothing left to kill, or enough kills
                 break
         process = start(run, args.steps, args.checkpoint_every, resume=(run / "config.toml").exists())
         runs += 1

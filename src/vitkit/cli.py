@@ -56,9 +56,8 @@ def describe(error: BaseException) -> tuple[int, str]:
         return code, f"{target}: {one_line(error.strerror or str(error)).lower()}"
     if isinstance(error, ValueError):
         return USAGE, one_line(str(error))
-    if type(error).__module__.startswith(
-        "vitkit."
-    ):  # vitkit's own runtime errors: a run directory in use, ...
+    # vitkit's own runtime errors: a run directory in use, ...
+    if type(error).__module__.startswith("vitkit."):
         return RUNTIME, one_line(str(error))
     return RUNTIME, f"{type(error).__name__}: {one_line(str(error))} (run with --debug for the traceback)"
 

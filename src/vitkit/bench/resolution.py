@@ -95,9 +95,8 @@ def memory_fit(
         def measure(b: int) -> int:
             x = torch.randn(b, *shape)
             with autocast(x.device, dtype):
-                return peak_allocated_bytes(
-                    lambda: model(x)
-                )  # the graph (saved activations) dies with the output
+                # The graph (saved activations) dies with the output.
+                return peak_allocated_bytes(lambda: model(x))
 
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         fit = fit_memory(measure, resident_bytes(model) + 2 * params, batches)

@@ -39,9 +39,8 @@ def read_batch(
     """Decode the samples `indices` one by one, then preprocess those read in one call; `shape` (C, h, w) is an
     output image's shape."""
     images, kept, skipped = [], [], []
-    channels = (
-        1 if shape[0] == 1 else 3
-    )  # decoded as the model sees them: grey files stay exact for 1 channel
+    # Decoded as the model sees them: grey files stay exact for 1 channel.
+    channels = 1 if shape[0] == 1 else 3
     for position, index in enumerate(indices.tolist()):
         try:
             images.append(source.read(index, channels))

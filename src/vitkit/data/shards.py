@@ -238,9 +238,8 @@ class ShardSteps(IterableDataset):
             images, labels, indices, skipped = [], [], [], []
             try:
                 assert stream is not None  # opened at the first step
-                for _ in range(
-                    wanted - consumed
-                ):  # a resume: pass over what was trained on, without decoding
+                # A resume: pass over what was trained on, without decoding.
+                for _ in range(wanted - consumed):
                     next(stream)
                 for _ in range(self.batch):
                     index, name, data, label = next(stream)
@@ -249,20 +248,21 @@ class ShardSteps(IterableDataset):
                     except ImageDecodeError as err:
                         skipped.append(str(err))
                         continue
-                    augmented = self.transform.augment(image[None], torch.tensor([index]), epoch)
-                    images.append(augmented[0])
+                    images.append(image)
                     labels.append(label)
                     indices.append(index)
-            except (
-                ValueError
-            ) as err:  # a shard that ends early or is not a tar file: one line in the main process
+            # A shard that ends early or is not a tar file: one line in the main process.
+            except ValueError as err:
                 yield Batch(torch.empty(0, *self.shape), torch.empty(0, dtype=torch.int64), torch.empty(0), step,
                             error=str(err))  # fmt: skip
                 return
             consumed = wanted + self.batch
-            stacked = torch.stack(images) if images else torch.empty(0, *self.shape)
-            yield Batch(stacked, torch.tensor(labels, dtype=torch.int64), torch.tensor(indices, dtype=torch.int64),
-                        step, skipped)  # fmt: skip
+            # Augmented in one call, each sample keyed by (seed, epoch, index) as in any other source.
+            index_tensor = torch.tensor(indices, dtype=torch.int64)
+            stacked = (
+                self.transform.augment(images, index_tensor, epoch) if images else torch.empty(0, *self.shape)
+            )
+            yield Batch(stacked, torch.tensor(labels, dtype=torch.int64), index_tensor, step, skipped)
 
 
 class ShardChunks(Dataset):

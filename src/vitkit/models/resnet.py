@@ -205,9 +205,8 @@ class ResNetV1(nn.Module):
             yield name, x
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        ((_, features),) = deque(
-            self._walk(x), maxlen=1
-        )  # run to the end: the last output is the feature map
+        # Run to the end: the last output is the feature map.
+        ((_, features),) = deque(self._walk(x), maxlen=1)
         return features
 
     def forward_intermediates(self, x: torch.Tensor) -> dict[str, torch.Tensor]:

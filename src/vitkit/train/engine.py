@@ -161,9 +161,8 @@ def _train(
         check_streams(state, data_streams(train_set, world_size))
     start_step = state["step"]
     if rank == 0 and not resume:
-        create_run_dir(
-            run_dir, config, lock
-        )  # only now: a recipe, dataset or model that fails leaves nothing
+        # Only now: a recipe, dataset or model that fails leaves nothing.
+        create_run_dir(run_dir, config, lock)
 
     metrics = (
         report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None

@@ -214,9 +214,8 @@ def load_vitkit_state(
     origins = state.origins if isinstance(state, Converted) else None
     tensors = state.tensors if isinstance(state, Converted) else state
     hints = dict(hints or {})
-    if options.get(
-        "num_heads"
-    ):  # torch-layout tensors do not record it: the caller's word describes the source
+    # Torch-layout tensors do not record it: the caller's word describes the source.
+    if options.get("num_heads"):
         hints["num_heads"] = options["num_heads"]
     config = infer_vit_config(tensors, source, **hints)
     return instantiate(config, tensors, source, origins=origins, **options)
