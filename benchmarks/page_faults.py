@@ -24,7 +24,7 @@ import json, resource, sys, time
 import torch, torch.nn.functional as F
 import vitkit
 from vitkit.train.recipe import RunConfig
-from vitkit.train.allocator import keep_freed_memory
+from vitkit.allocator import keep_freed_memory
 
 keep, threads, batch, warmup, steps, eval_batch = sys.argv[1] == "keep", *map(int, sys.argv[2:])
 torch.set_num_threads(threads)

@@ -151,3 +151,11 @@ def test_the_micro_batch_caps_each_ranks_share_of_the_batch():
     assert train.micro_batch(1) == 8 and train.micro_batch(2) == 4
     train.micro_batch_size = 0
     assert train.micro_batch(4) == 2
+
+
+def test_evaluation_batches_default_to_the_training_batch():
+    train = RunConfig().train
+    train.batch_size = 32  # a 224-px run: evaluating 500 images at once would need more memory than training
+    assert train.eval_batch() == 32
+    train.eval_batch_size = 500
+    assert train.eval_batch() == 500

@@ -105,7 +105,7 @@ def test_the_resume_mismatch_names_only_the_differing_fields(
         ("optim.lr=nan", "optim.lr must be in (0, inf), got nan"),
         ("optim.betas=[0.9, 1.0]", "optim.betas[1] must be in [0, 1), got 1.0"),
         ("train.log_every=0", "train.log_every must be >= 1, got 0"),
-        ("train.eval_batch_size=0", "train.eval_batch_size must be >= 1, got 0"),
+        ("train.eval_batch_size=-1", "train.eval_batch_size must be >= 0, got -1"),
         ("train.label_smoothing=1", "train.label_smoothing must be in [0, 1), got 1.0"),
         ("data.crop=zoom", "data.crop must be one of"),
         ("data.dataset=/no/such/folder", "/no/such/folder: no such ImageFolder directory"),

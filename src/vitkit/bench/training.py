@@ -13,7 +13,7 @@ with its defaults, `F.cross_entropy` with the same label smoothing, `clip_grad_n
   - "DataLoader": the conventional input pipeline, a `torch.utils.data.DataLoader` (batch 128, shuffled,
     `num_workers=0`: on 2 cores a worker process would take a core from the model) over the in-memory uint8 images
     with the equivalent torchvision transforms per sample (the recipe's crop and flip, to float, normalise);
-and each of the two again with glibc tuned as the engine tunes it ("freed memory kept", vitkit.train.allocator),
+and each of the two again with glibc tuned as the engine tunes it ("freed memory kept", vitkit.allocator),
 to show how much of the difference that alone is.
 
 Every candidate runs in processes of its own (`vitkit.bench.processes.StepProcesses`), all started alike, so none inherits another's
@@ -40,7 +40,7 @@ from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ra
 from vitkit.collectives import world
 from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load_dataset, steps_per_epoch
 from vitkit.flops import count_flops, count_parameters
-from vitkit.train.allocator import keep_freed_memory
+from vitkit.allocator import keep_freed_memory
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
 from vitkit.train.recipe import ModelSection, RunConfig, load_config

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from vitkit.allocator import return_freed_memory
+
 from .batch import Batch
 from .decode import ImageDecodeError
 from .lazy import LazySource
@@ -69,6 +71,12 @@ def check_skipped(source: Source, batch: Batch) -> None:
     source.skipped += batch.skipped
 
 
+def start_worker(_: int) -> None:
+    """A worker decodes images of every size: it returns freed memory to the OS, whatever the trainer it was
+    forked from keeps (vitkit.allocator)."""
+    return_freed_memory()
+
+
 def loader(source: LazySource | ShardSource, dataset: Dataset, pin_memory: bool) -> DataLoader:
     """A DataLoader over `dataset` (one item per batch) with the source's workers and prefetch depth."""
     workers = source.workers
@@ -80,6 +88,7 @@ def loader(source: LazySource | ShardSource, dataset: Dataset, pin_memory: bool)
         prefetch_factor=source.prefetch if workers else None,
         pin_memory=pin_memory,
         persistent_workers=False,
+        worker_init_fn=start_worker,
     )
 
 

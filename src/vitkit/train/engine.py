@@ -47,7 +47,7 @@ from vitkit.precision import Precision, autocast, choose_precision, model_signat
 from vitkit.storage import FINAL_DIR, DiskFull, atomic_write_text, is_disk_full, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
-from vitkit.train.allocator import keep_freed_memory
+from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.train.averaging import ema_model
 from vitkit.train.distributed import (
     data_parallel,
@@ -208,7 +208,7 @@ def _train(
             evaluations: dict[str, float] = {}
             if t.eval_every and done % t.eval_every == 0 and done < t.steps:
                 result = evaluate(
-                    eval_model, periodic_set, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                    eval_model, periodic_set, batch_size=t.eval_batch(), autocast_dtype=autocast_dtype
                 )
                 evaluations.update(result.as_dict(periodic_prefix))
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
@@ -229,10 +229,13 @@ def _train(
                     "data_streams": data_streams(train_set, world_size),
                 }
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
+        train_step.batches.close()  # the training workers stop before evaluation starts its own
+        if device.type == "cpu" and t.keep_freed_memory:
+            return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
         evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
         if validation is not None and t.objective == "classification":
             measured = evaluate(
-                eval_model, validation, batch_size=t.eval_batch_size, autocast_dtype=autocast_dtype
+                eval_model, validation, batch_size=t.eval_batch(), autocast_dtype=autocast_dtype
             )
             evaluations.update(measured.as_dict("val_"))
         if fewshot is not None:
@@ -509,9 +512,9 @@ def final_evaluation(
     test set (corrupted reproducibly) and no confusion matrix."""
     if train.objective == "mpp":
         return {
-            "mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch_size, autocast_dtype)
+            "mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch(), autocast_dtype)
         }, None
-    result = evaluate(model, test_set, batch_size=train.eval_batch_size, autocast_dtype=autocast_dtype)
+    result = evaluate(model, test_set, batch_size=train.eval_batch(), autocast_dtype=autocast_dtype)
     return result.as_dict(), result.confusion
 
 

@@ -113,10 +113,14 @@ class TrainSection:
     micro-batches of M and their gradients summed, which bounds activation memory without changing the step. A
     batch share of M or fewer images is one pass; 0 is no cap.
 
+    `eval_batch_size` is the images per evaluation pass; 0 (the default) is `batch_size`, so evaluation needs no
+    more memory than training does, at any resolution (timm's default too).
+
     `keep_freed_memory` (on by default; CPU with glibc only) makes the process keep freed memory for reuse, as a
     GPU's caching allocator does, instead of faulting each step's activations and gradients in again: steps up to
-    ~1.14x faster (vitkit.train.allocator). It sets glibc's malloc thresholds for the whole process, for as long as
-    it lives, so a program that calls `vitkit.train.train` and wants its own malloc settings turns it off.
+    ~1.14x faster (vitkit.allocator). It sets glibc's malloc thresholds for the whole process, for as long as
+    its training loop runs (the heap is returned before the final evaluation), so a program that calls
+    `vitkit.train.train` and wants its own malloc settings turns it off.
 
     `objective` is 'classification' (`loss`, `label_smoothing`) or 'mpp': masked patch prediction (§4.6, B.1.2),
     self-supervised pre-training of a ViT with `mpp_target` ('mean_color', 'downsized' or 'pixels'),
@@ -138,7 +142,7 @@ class TrainSection:
     mpp_bits: int = 3
     ema_decay: float = 0.0
     eval_every: int = 0
-    eval_batch_size: int = 500
+    eval_batch_size: int = 0
     fewshot_every: int = 0
     fewshot_num_test: int = 2000
     checkpoint_every: int = 200
@@ -151,6 +155,10 @@ class TrainSection:
     processes: int = 1
     strategy: str = "auto"
     keep_freed_memory: bool = True
+
+    def eval_batch(self) -> int:
+        """Images per evaluation pass: `eval_batch_size`, or the training batch size when it is 0."""
+        return self.eval_batch_size or self.batch_size
 
     def micro_batch(self, world_size: int) -> int:
         """Images per forward/backward pass on each of `world_size` ranks."""
@@ -233,7 +241,7 @@ class RunConfig:
             ("train.batch_size", t.batch_size, 1),
             ("train.micro_batch_size", t.micro_batch_size, 0),
             ("train.eval_every", t.eval_every, 0),
-            ("train.eval_batch_size", t.eval_batch_size, 1),
+            ("train.eval_batch_size", t.eval_batch_size, 0),
             ("train.log_every", t.log_every, 1),
         ):
             if value < low:

@@ -10,9 +10,11 @@ import pytest
 
 LOOP = """
 import resource, sys, torch
-from vitkit.train.allocator import keep_freed_memory
-if sys.argv[1] == "keep":
+from vitkit.allocator import keep_freed_memory, return_freed_memory
+if sys.argv[1] in ("keep", "returned"):
     assert keep_freed_memory()
+if sys.argv[1] == "returned":
+    assert return_freed_memory()
 if sys.argv[1].startswith("engine"):  # the engine's TrainStep, built as vitkit train and vitkit bench train build it
     from vitkit.bench.training import Workload, engine_step
     workload = Workload.load(batch_size=32)
@@ -46,6 +48,7 @@ def test_freed_blocks_are_reused_instead_of_faulted_in_again():
     pages = (48 << 20) // 4096
     assert page_faults_per_step("default") > pages / 2  # each step maps and faults in a fresh block
     assert page_faults_per_step("keep") < pages / 100
+    assert page_faults_per_step("returned") > pages / 2  # unmapped again once handed back
 
 
 @pytest.mark.slow
@@ -54,3 +57,34 @@ def test_the_engines_training_step_keeps_freed_memory_unless_the_recipe_says_not
     pages = (48 << 20) // 4096
     assert page_faults_per_step("engine") < pages / 100
     assert page_faults_per_step("engine-off") > pages / 2
+
+
+WORKER = """
+import re, sys, types, torch
+from pathlib import Path
+from torch.utils.data import Dataset
+from vitkit.allocator import keep_freed_memory
+from vitkit.data.pipeline import loader
+def rss_mib():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) // 1024
+class WorkerRss(Dataset):
+    def __len__(self):
+        return 1
+    def __getitem__(self, _):
+        return rss_mib()
+assert keep_freed_memory()
+blocks = [torch.ones(1 << 20) for _ in range(int(sys.argv[1]))]  # 4 MiB each, kept on the heap once freed
+del blocks
+source = types.SimpleNamespace(workers=1, prefetch=1)
+print(next(iter(loader(source, WorkerRss(), pin_memory=False))))
+"""
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="tunes glibc's malloc")
+def test_data_workers_forked_from_a_trainer_do_not_keep_its_free_heap():
+    def worker_mib(freed_blocks: int) -> int:
+        run = [sys.executable, "-c", WORKER, str(freed_blocks)]
+        return int(subprocess.run(run, capture_output=True, text=True, check=True).stdout)
+
+    # The trainer freed 400 MiB before forking; a worker that kept that heap would hold it too.
+    assert worker_mib(100) - worker_mib(0) < 50
