@@ -34,6 +34,7 @@ def make_folder(root: Path) -> dict[str, Path]:
         "dog/rgba.png": Image.fromarray(np.zeros((10, 12, 4), np.uint8), "RGBA"),  # fully transparent
         "dog/palette.png": Image.fromarray(rgb).convert("P", palette=Image.Palette.ADAPTIVE),
         "dog/photo.jpg": Image.fromarray(rgb),
+        "dog/still.gif": Image.fromarray(rgb),
     }
     for name, image in images.items():
         path = root / "train" / name
@@ -56,17 +57,17 @@ def make_folder(root: Path) -> dict[str, Path]:
 def test_index_order_labels_and_decoding_rules(tmp_path):
     make_folder(tmp_path)
     source = open_source(str(tmp_path), "train")  # a bare directory is a folder source
-    assert isinstance(source, FolderSource) and source.classes == ["cat", "dog"] and len(source) == 8
+    assert isinstance(source, FolderSource) and source.classes == ["cat", "dog"] and len(source) == 9
     names = [Path(source.name(i)).name for i in range(len(source))]
     assert names == ["grey.png", "rgb.png", "sixteen.png", "truncated.png", "corrupt.png", "palette.png",
-                     "photo.jpg", "rgba.png"]  # fmt: skip
-    assert source.labels.tolist() == [0, 0, 0, 0, 1, 1, 1, 1]
+                     "photo.jpg", "rgba.png", "still.gif"]  # fmt: skip
+    assert source.labels.tolist() == [0, 0, 0, 0, 1, 1, 1, 1, 1]
     unreadable = ("truncated.png", "corrupt.png")
     pixel = {name: source.read(i)[:, 0, 0].tolist() for i, name in enumerate(names) if name not in unreadable}
     assert pixel["grey.png"] == [100, 100, 100] and source.read(0, channels=1).tolist() == [[[100] * 12] * 10]
     assert pixel["sixteen.png"] == [100, 100, 100]  # 16-bit 25700 -> 8-bit 100
     assert pixel["rgba.png"] == [255, 255, 255]  # transparent over white
-    assert pixel["palette.png"] == [200, 0, 0] and pixel["rgb.png"] == [200, 0, 0]
+    assert pixel["palette.png"] == pixel["rgb.png"] == pixel["still.gif"] == [200, 0, 0]
     for bad in unreadable:
         with pytest.raises(ImageDecodeError, match=bad):
             source.read(names.index(bad))
@@ -79,6 +80,8 @@ def test_val_split_of_mixed_sizes_is_resized_and_centre_cropped(tmp_path):
     (batch,) = eval_batches(source, [torch.arange(2)], (16, 16), 3, torch.device("cpu"))
     assert batch.images.shape == (2, 3, 16, 16)
     assert torch.allclose(batch.images[:, 0], torch.tensor(200 / 127.5 - 1))
+    (tmp_path / "val").rename(tmp_path / "validation")  # every source's names for the evaluation split
+    assert "validation" in FolderSource(tmp_path, "test").source
 
 
 def test_few_shot_images_of_mixed_sizes_are_brought_to_one_square(tmp_path):

@@ -35,12 +35,12 @@ from torch import nn
 from torchvision.transforms import v2
 
 import vitkit
+from vitkit.allocator import keep_freed_memory
 from vitkit.bench.processes import StepProcesses
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 from vitkit.collectives import world
 from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load_dataset, steps_per_epoch
 from vitkit.flops import count_flops, count_parameters
-from vitkit.allocator import keep_freed_memory
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
 from vitkit.train.recipe import ModelSection, RunConfig, load_config

@@ -32,6 +32,9 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 DEFAULT_MAX_PIXELS = 89_478_485  # Pillow's warning threshold: a 3-channel 8-bit image of 256 MiB (~9,459^2)
 MAX_PIXELS_ENV = "VITKIT_MAX_IMAGE_PIXELS"
 CHANNELS = (1, 3)
+# What every reader takes for an image file (lower case): torchvision ImageFolder's extensions, and GIF (its first
+# frame), which Pillow decodes too.
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 ImageSource = str | os.PathLike | bytes
 
@@ -176,20 +179,16 @@ def decode_image(
     return torch.from_numpy(pixels).permute(2, 0, 1)  # channels last in memory, as decoded: no copy
 
 
-def image_extensions() -> set[str]:
-    """File name extensions Pillow can open, lower case with the dot."""
-    return {ext.lower() for ext in Image.registered_extensions()}
-
-
 def find_images(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[dict[str, str]]]:
     """Files as given, directories expanded (recursively, sorted) to their image files by extension, and the
     skipped paths [{path, reason}] that do not exist."""
     files: list[Path] = []
     skipped: list[dict[str, str]] = []
-    extensions = image_extensions()
     for path in map(Path, paths):
         if path.is_dir():
-            files.extend(sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in extensions))
+            files.extend(
+                sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+            )
         elif path.is_file():
             files.append(path)
         else:

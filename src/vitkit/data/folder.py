@@ -14,15 +14,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .lazy import LazySource
-
-# Extensions torchvision's ImageFolder accepts (lower case), as a set for the scan.
-IMAGE_EXTENSIONS = frozenset((".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"))
-TEST_SPLITS = ("test", "val")
+from .decode import IMAGE_EXTENSIONS
+from .lazy import TEST_SPLITS, LazySource
 
 
 def split_directory(root: Path, split: str) -> Path:
-    """root/train for 'train'; root/test, else root/val, for 'test'. A one-line error lists what is missing."""
+    """root/train for 'train'; root/test, else root/validation, else root/val, for 'test'. A one-line error lists what is missing."""
     candidates = [root / "train"] if split == "train" else [root / name for name in TEST_SPLITS]
     found = next((d for d in candidates if d.is_dir()), None)
     if found is None or not (root / "train").is_dir():

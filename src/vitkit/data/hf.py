@@ -16,9 +16,7 @@ import numpy as np
 import torch
 
 from .decode import ImageDecodeError
-from .lazy import LazySource
-
-TEST_SPLITS = ("test", "validation", "val")
+from .lazy import TEST_SPLITS, LazySource
 
 
 def load_hf(path: Path) -> Any:

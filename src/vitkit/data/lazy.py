@@ -16,6 +16,7 @@ import torch
 from .decode import ImageDecodeError, decode_image
 
 ON_CORRUPT = ("stop", "skip")
+TEST_SPLITS = ("test", "validation", "val")  # what a collection may call its evaluation split, in this order
 
 
 class LazySource:

@@ -30,23 +30,14 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
-from .decode import ImageDecodeError, decode_image
-from .lazy import ON_CORRUPT
+from .decode import IMAGE_EXTENSIONS, ImageDecodeError, decode_image
+from .lazy import ON_CORRUPT, TEST_SPLITS
 from .transforms import TrainTransform, key, sample_keys
 
 INFO_NAME = "dataset.json"
 UNKNOWN_IMAGE_EXTENSION = "img"  # the member name `vitkit data pack` gives bytes of no known image signature
-IMAGE_EXTENSIONS = (
-    "jpg",
-    "jpeg",
-    "png",
-    "webp",
-    "bmp",
-    "ppm",
-    "pgm",
-    "tif",
-    "tiff",
-    "gif",
+MEMBER_EXTENSIONS = (
+    *(extension[1:] for extension in IMAGE_EXTENSIONS),
     UNKNOWN_IMAGE_EXTENSION,
 )
 LABEL_EXTENSION = "cls"
@@ -84,11 +75,7 @@ class ShardSource:
             splits = info["splits"]
         except (ValueError, KeyError, TypeError) as err:
             raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
-        name = (
-            split
-            if split in splits
-            else next((s for s in ("test", "val", "validation") if s in splits), None)
-        )
+        name = split if split in splits else next((s for s in TEST_SPLITS if s in splits), None)
         if split != "train" and name is None or split == "train" and split not in splits:
             raise FileNotFoundError(f"{info_path}: no {split} split (it lists {', '.join(splits)})")
         shards = splits[name]["shards"]
@@ -140,7 +127,7 @@ class ShardSource:
                         image, label = None, None
                     current = sample
                     data = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file: isfile() above
-                    if extension.lower() in IMAGE_EXTENSIONS:
+                    if extension.lower() in MEMBER_EXTENSIONS:
                         image = data
                     elif extension == LABEL_EXTENSION:
                         label = parse_label(data)
@@ -155,7 +142,7 @@ class ShardSource:
     def decode(self, name: str, image: bytes | None, label: int | None, channels: int) -> torch.Tensor:
         """A sample's pixels; ImageDecodeError when its image is missing, undecodable or its label is bad."""
         if image is None:
-            raise ImageDecodeError(f"{name}: no image member ({', '.join(IMAGE_EXTENSIONS)})")
+            raise ImageDecodeError(f"{name}: no image member ({', '.join(MEMBER_EXTENSIONS)})")
         if label is None or not 0 <= label < len(self.classes):
             raise ImageDecodeError(
                 f"{name}: label {label} missing or out of range for {len(self.classes)} classes"

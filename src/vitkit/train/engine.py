@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.collectives import all_reduce_mean, broadcast_object, world
 from vitkit.data import (
     Batch,
@@ -47,7 +48,6 @@ from vitkit.precision import Precision, autocast, choose_precision, model_signat
 from vitkit.storage import FINAL_DIR, DiskFull, atomic_write_text, is_disk_full, read_config, save_pretrained
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
-from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.train.averaging import ema_model
 from vitkit.train.distributed import (
     data_parallel,
