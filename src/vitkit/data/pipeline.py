@@ -27,7 +27,7 @@ from .lazy import LazySource
 from .loader import global_batch_indices, shard, steps_per_epoch
 from .shards import ShardChunks, ShardSource, ShardSteps
 from .sources import ImageDataset
-from .transforms import TrainTransform, adapt_channels, eval_transform, resize_centre_crop
+from .transforms import TrainTransform, eval_transform, resize_centre_crop
 
 Source = ImageDataset | LazySource | ShardSource
 GATHER_SIDE = 256  # few-shot images of mixed sizes: shorter side to this, centre square kept
@@ -51,9 +51,7 @@ def read_batch(
             continue
         kept.append(position)
     chosen = torch.tensor(kept, dtype=torch.int64)
-    processed = (
-        adapt_channels(preprocess(images, indices[chosen]), shape[0]) if images else torch.empty(0, *shape)
-    )
+    processed = preprocess(images, indices[chosen]) if images else torch.empty(0, *shape)
     return Batch(processed, source.labels[indices][chosen], indices[chosen], skipped=skipped)
 
 
