@@ -39,11 +39,17 @@ class DiskFull(OSError):
         return str(self.strerror)
 
 
-def device_of(path: str | os.PathLike) -> str:
-    """The file system holding `path`, as 'DEVICE (MOUNT POINT)' from /proc/self/mounts where available."""
+def nearest_existing(path: str | os.PathLike) -> Path:
+    """`path`, or its closest ancestor that exists: where a file about to be written will live."""
     existing = Path(path).absolute()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    return existing
+
+
+def device_of(path: str | os.PathLike) -> str:
+    """The file system holding `path`, as 'DEVICE (MOUNT POINT)' from /proc/self/mounts where available."""
+    existing = nearest_existing(path)
     device = existing.stat().st_dev
     try:
         mounts = Path("/proc/self/mounts").read_text().splitlines()
@@ -76,10 +82,7 @@ def is_disk_full(error: BaseException, path: str | os.PathLike) -> bool:
         seen = seen.__cause__ or seen.__context__
     if not any(isinstance(seen, OSError) or "unexpected pos" in str(seen) for seen in chain):
         return False
-    existing = Path(path).absolute()
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    return shutil.disk_usage(existing).free < 1 << 20
+    return shutil.disk_usage(nearest_existing(path)).free < 1 << 20
 
 
 def current_umask() -> int:
