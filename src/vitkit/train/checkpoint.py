@@ -82,8 +82,7 @@ def save_checkpoint(
             save_state_dict(ema.state_dict(), tmp / EMA_NAME)
         torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
         _fsync(tmp / OPTIMIZER_NAME)
-        (tmp / STATE_NAME).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
-        _fsync(tmp / STATE_NAME)
+        write_state(tmp, step, state)
         _fsync(tmp)
     if final.exists():
         shutil.rmtree(final)
@@ -122,7 +121,18 @@ def load_checkpoint(
         if not (path / EMA_NAME).is_file():
             raise ValueError(f"{path}: has no {EMA_NAME}, but train.ema_decay is set")
         ema.load_state_dict(load_state_dict(path / EMA_NAME))
-    return json.loads((path / STATE_NAME).read_text())
+    return read_state(path)
+
+
+def write_state(directory: Path, step: int, state: dict[str, Any]) -> None:
+    """A checkpoint's state.json: its step, clocks, precision and data position, flushed to disk."""
+    (directory / STATE_NAME).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
+    _fsync(directory / STATE_NAME)
+
+
+def read_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    """The state.json of `checkpoint`."""
+    return json.loads((Path(checkpoint) / STATE_NAME).read_text())
 
 
 def _fsync(path: Path) -> None:

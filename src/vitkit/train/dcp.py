@@ -74,8 +74,7 @@ def save_checkpoint(
         for path in tmp.iterdir():
             ckpt._fsync(path)
         atomic_write_text(tmp / CONFIG_NAME, json.dumps(model.config.to_dict(), indent=2) + "\n")
-        (tmp / ckpt.STATE_NAME).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
-        ckpt._fsync(tmp / ckpt.STATE_NAME)
+        ckpt.write_state(tmp, step, state)
         ckpt._fsync(tmp)
         if final.exists():
             shutil.rmtree(final)
@@ -130,7 +129,7 @@ def load_checkpoint(
         set_model_state_dict(model, state, options=full)
         saved = torch.load(path / ckpt.OPTIMIZER_NAME, map_location=device, weights_only=True)
         set_optimizer_state_dict(model, optimizer, _by_name(saved, model, optimizer), options=full)
-    return json.loads((path / ckpt.STATE_NAME).read_text())
+    return ckpt.read_state(path)
 
 
 def _by_name(saved: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import os
 import time
@@ -425,7 +424,7 @@ def run_precision(
     """train.precision for this run (vitkit.precision): the one the run started with when resuming
     `checkpoint`, else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and
     backward pass of the first micro-batch in both precisions. Rank 0 decides for every rank."""
-    saved = json.loads((checkpoint / ckpt.STATE_NAME).read_text()) if checkpoint is not None else {}
+    saved = ckpt.read_state(checkpoint) if checkpoint is not None else {}
     if "precision" in saved:
         return Precision(
             saved["precision"], f"{saved['precision_reason']} (kept from the run's start)", device
