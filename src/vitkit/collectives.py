@@ -38,6 +38,15 @@ def barrier() -> None:
         dist.barrier()
 
 
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's picklable `obj`, in rank order (`[obj]` in one process)."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [obj]
+    gathered: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, obj)
+    return gathered
+
+
 def broadcast_object(obj: Any, src: int = 0) -> Any:
     """Rank `src`'s picklable `obj` on every rank (identity for one process).
 

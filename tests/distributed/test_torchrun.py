@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from image_collections import write_folder
 from vitkit import cli
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp
@@ -125,6 +126,20 @@ def test_a_checkpoint_of_one_process_resumes_in_two_fsdp_processes(runs, tmp_pat
     assert_same_training(single, resumed, steps=range(21, STEPS + 1))
     assert json.loads((resumed / "report.json").read_text())["world_size"] == 2
     assert dcp.is_sharded(ckpt.latest_checkpoint(resumed))
+
+
+def test_images_skipped_on_every_rank_are_all_reported(tmp_path, tiny):
+    root = write_folder(tmp_path / "images")  # 60 training images
+    corrupt = sorted((root / "train").rglob("*.png"))[::4]
+    for path in corrupt:
+        path.write_bytes(b"not a png")
+    run = tmp_path / "run"
+    # 3 steps of 20 images are one epoch: each image is read once, by one of the two ranks.
+    args = ["--steps", "3", *tiny, "optim.warmup_steps=1", f"data.source=folder:{root}", "train.batch_size=20",
+            "data.on_corrupt=skip"]  # fmt: skip
+    run_torchrun(["train", "--out", str(run), *args], cwd=tmp_path)
+    report = json.loads((run / "report.json").read_text())
+    assert sorted(line.split(": ")[0] for line in report["skipped_images"]) == sorted(map(str, corrupt))
 
 
 def _worker_pid(torchrun_pid: int, rank: int) -> int | None:

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from vitkit.allocator import keep_freed_memory, return_freed_memory
-from vitkit.collectives import all_reduce_mean, broadcast_object, world
+from vitkit.collectives import all_gather_object, all_reduce_mean, broadcast_object, world
 from vitkit.data import (
     Batch,
     ImageDataset,
@@ -652,7 +652,7 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
 
 def all_ranks(lines: list[str]) -> list[str]:
     """Every rank's list (of skipped images), concatenated in rank order: collective, every rank calls it."""
-    return [line for src in range(world()[1]) for line in broadcast_object(lines, src)]
+    return [line for rank_lines in all_gather_object(lines) for line in rank_lines]
 
 
 def data_streams(train_set: Source, world_size: int) -> int | None:
