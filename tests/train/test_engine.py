@@ -106,6 +106,19 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     assert all(torch.isfinite(w).all() for w in weights.values())
 
 
+def test_deferred_losses_are_checked_when_read_on_cuda_and_by_the_step_on_cpu():
+    """On CUDA the step does not read its loss (no host sync), so reading the pending losses checks them."""
+    for device, raises in (("cuda", True), ("cpu", False)):
+        pending = engine.PendingLosses(torch.device(device))
+        for step, loss in enumerate((2.0, float("inf"), 1.5), start=1):
+            pending.append(step, torch.tensor(loss), 0.1)
+        if raises:
+            with pytest.raises(engine.NonFiniteLoss, match="loss is inf at step 2; stopped at step 3"):
+                pending.read()
+        else:
+            assert [loss for _, loss, _ in pending.read()] == [2.0, float("inf"), 1.5]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

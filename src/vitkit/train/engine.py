@@ -361,7 +361,7 @@ class PendingLosses:
         values = torch.stack([loss for _, loss, _ in self.pending]).tolist()
         read = [(step, value, lr) for (step, _, lr), value in zip(self.pending, values, strict=True)]
         self.pending = []
-        for step, value, _ in read:
+        for step, value, _ in read if self.deferred else ():  # on CPU each step checked its loss itself
             check_finite(value, step, f"stopped at step {read[-1][0]}, where the loss was read")
         return read
 
