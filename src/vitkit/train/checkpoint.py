@@ -84,13 +84,19 @@ def save_checkpoint(
         _fsync(tmp / OPTIMIZER_NAME)
         write_state(tmp, step, state)
         _fsync(tmp)
+    publish(tmp, final, keep)
+    return final
+
+
+def publish(tmp: Path, final: Path, keep: int) -> None:
+    """Rename a filled temporary directory to `final` (replacing an older copy of that step), then delete all
+    but the newest `keep` checkpoints."""
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync(root)
-    for old in checkpoint_dirs(run_dir)[:-keep]:
+    _fsync(final.parent)
+    for old in checkpoint_dirs(final.parent.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
-    return final
 
 
 @contextlib.contextmanager

@@ -15,10 +15,9 @@ Two formats share the `checkpoints/step_N/` directories of vitkit.train.checkpoi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import shutil
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from vitkit.collectives import barrier, broadcast_object, world
-from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, follow_umask, load_state_dict
+from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, load_state_dict
 from vitkit.train import checkpoint as ckpt
 
 METADATA_NAME = ".metadata"  # written by torch.distributed.checkpoint
@@ -61,27 +60,22 @@ def save_checkpoint(
 
     root = Path(run_dir) / ckpt.CHECKPOINT_DIR
     final = root / f"step_{step:08d}"
-    tmp = None
     if rank == 0:
         root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".tmp-{final.name}-"))
-        follow_umask(tmp)
-    tmp = broadcast_object(tmp)
-    model_state, optim_state = get_state_dict(model, optimizer)
-    dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)
-    barrier()  # every shard is on disk
+    # Rank 0 owns the temporary directory: removed again, and a full disk named, if writing it fails there.
+    with ckpt.temporary_directory(root, final) if rank == 0 else contextlib.nullcontext() as made:
+        tmp = broadcast_object(made)
+        model_state, optim_state = get_state_dict(model, optimizer)
+        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=tmp)
+        barrier()  # every shard is on disk
+        if rank == 0:
+            for path in tmp.iterdir():
+                ckpt._fsync(path)
+            atomic_write_text(tmp / CONFIG_NAME, json.dumps(model.config.to_dict(), indent=2) + "\n")
+            ckpt.write_state(tmp, step, state)
+            ckpt._fsync(tmp)
     if rank == 0:
-        for path in tmp.iterdir():
-            ckpt._fsync(path)
-        atomic_write_text(tmp / CONFIG_NAME, json.dumps(model.config.to_dict(), indent=2) + "\n")
-        ckpt.write_state(tmp, step, state)
-        ckpt._fsync(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        ckpt._fsync(root)
-        for old in ckpt.checkpoint_dirs(run_dir)[:-keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        ckpt.publish(tmp, final, keep)
     barrier()
     return final if rank == 0 else None
 
