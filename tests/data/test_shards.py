@@ -131,3 +131,17 @@ def test_a_label_that_is_not_a_number_is_that_samples_error_or_skip(shards, tmp_
     skipping = ShardSource(broken, "train", on_corrupt="skip")
     batches = stream(skipping, 5)
     assert sum(len(b.indices) for b in batches) == 5 * 12 - 1  # only that sample left out
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"workers": -1}, "data.workers must be >= 0 and data.prefetch >= 1, got -1 and 2"),
+        ({"prefetch": 0}, "data.workers must be >= 0 and data.prefetch >= 1, got 0 and 0"),
+        ({"on_corrupt": "ignore"}, "on_corrupt must be one of"),
+    ],
+)
+def test_reading_options_out_of_range_are_one_line_for_shards_and_folders(shards, options, message):
+    for reader, path in ((ShardSource, shards), (FolderSource, shards.parent / "folder")):
+        with pytest.raises(ValueError, match=message):
+            reader(path, "train", **options)

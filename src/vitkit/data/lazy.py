@@ -19,6 +19,14 @@ ON_CORRUPT = ("stop", "skip")
 TEST_SPLITS = ("test", "validation", "val")  # what a collection may call its evaluation split, in this order
 
 
+def check_reading(workers: int, prefetch: int, on_corrupt: str) -> None:
+    """The options of how any lazy or streamed source is read, each in its range."""
+    if on_corrupt not in ON_CORRUPT:
+        raise ValueError(f"on_corrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
+    if workers < 0 or prefetch < 1:
+        raise ValueError(f"data.workers must be >= 0 and data.prefetch >= 1, got {workers} and {prefetch}")
+
+
 class LazySource:
     """Samples 0..N-1 of a collection too large to hold decoded: labels, classes and a description in memory,
     images read and decoded by `read(index)`.
@@ -41,12 +49,7 @@ class LazySource:
         prefetch: int = 2,
         on_corrupt: str = "stop",
     ) -> None:
-        if on_corrupt not in ON_CORRUPT:
-            raise ValueError(f"on_corrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
-        if workers < 0 or prefetch < 1:
-            raise ValueError(
-                f"data.workers must be >= 0 and data.prefetch >= 1, got {workers} and {prefetch}"
-            )
+        check_reading(workers, prefetch, on_corrupt)
         self.labels = labels
         self.classes = classes
         self.source = source

@@ -31,7 +31,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
 from .decode import IMAGE_EXTENSIONS, ImageDecodeError, decode_image
-from .lazy import ON_CORRUPT, TEST_SPLITS
+from .lazy import TEST_SPLITS, check_reading
 from .transforms import TrainTransform, key, sample_keys
 
 INFO_NAME = "dataset.json"
@@ -60,8 +60,7 @@ class ShardSource:
         prefetch: int = 2,
         on_corrupt: str = "stop",
     ) -> None:
-        if on_corrupt not in ON_CORRUPT:
-            raise ValueError(f"on_corrupt must be one of {ON_CORRUPT}, got {on_corrupt!r}")
+        check_reading(workers, prefetch, on_corrupt)
         directory = Path(directory).expanduser()
         info_path = directory / INFO_NAME
         if not info_path.is_file():
