@@ -66,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
             + (f"; empty: {', '.join(empty)}" if empty else "")
         )
         common = ", ".join(f"{w}x{h} ({n})" for (w, h), n in summary.sizes.most_common(5))
-        measured = "all" if args.check else f"{summary.measured} sampled"
+        measured = (
+            "all" if args.check or summary.measured == summary.images else f"{summary.measured} sampled"
+        )
         print(f"  sizes ({measured}): {common or 'none readable'}; {len(summary.sizes)} distinct")
         if args.check or summary.unreadable:
             print(f"  unreadable: {len(summary.unreadable)}")

@@ -221,14 +221,13 @@ def summarise(source: Source, split: str, check: bool) -> Summary:
                     _measure(summary, data, name, check)
         except ValueError as err:  # a shard that ends early: listed, the rest of the split not read
             summary.unreadable.append(str(err))
+    elif isinstance(source, ImageDataset):  # decoded already: one size, every image readable
+        counts = np.bincount(source.labels.numpy(), minlength=len(source.classes))
+        summary.sizes[tuple(source.images.shape[-1:-3:-1])] = summary.measured = len(source)
     else:
         counts = np.bincount(source.labels.numpy(), minlength=len(source.classes))
         step = 1 if check else max(1, len(source) // SIZE_SAMPLE)
         for index in tqdm(range(0, len(source), step), desc=f"info {split}", unit="img", disable=not check):
-            if isinstance(source, ImageDataset):
-                summary.sizes[tuple(source.images.shape[-1:-3:-1])] += 1
-                summary.measured += 1
-                continue
             try:
                 data = source.encoded(index)
             except ImageDecodeError as err:
