@@ -67,6 +67,11 @@ def columns(table: Any, path: Path) -> tuple[str, str, list[str] | None]:
     return image, label, None
 
 
+def integer_column(table: Any, name: str) -> np.ndarray:
+    """A column as int64, read as Arrow (milliseconds; numpy formatting takes ~20 s for 60,000 rows)."""
+    return np.array(table.with_format("arrow")[name].to_numpy(), dtype=np.int64)  # a writable copy
+
+
 class HFSource(LazySource):
     """One split of a `datasets` directory; classes come from the ClassLabel names of the training split (or
     0..max label of an integer column), so a label means the same class in every split."""
@@ -83,9 +88,9 @@ class HFSource(LazySource):
         image, label, classes = columns(train, path)
         if name != "train" and (image, label) != columns(table, path)[:2]:
             raise ValueError(f"{path}: the {name} split has other image/label columns than train")
-        labels = np.asarray(table.with_format("numpy")[label], dtype=np.int64)
+        labels = integer_column(table, label)
         if classes is None:
-            top = int(np.asarray(train.with_format("numpy")[label]).max(initial=0))
+            top = int(integer_column(train, label).max(initial=0))
             classes = [str(i) for i in range(top + 1)]
         bad = np.flatnonzero((labels < 0) | (labels >= len(classes)))
         if len(bad):
