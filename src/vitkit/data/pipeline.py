@@ -55,7 +55,7 @@ def read_batch(
     return Batch(processed, source.labels[indices][chosen], indices[chosen], skipped=skipped)
 
 
-def check_skipped(source: Source, batch: Batch) -> None:
+def check_skipped(source: LazySource | ShardSource, batch: Batch) -> None:
     """Raise a source's failure; apply `on_corrupt` to the images a batch could not read: stop on the first, or
     record them."""
     if batch.error:
@@ -146,7 +146,7 @@ class TrainBatches:
         self.steps, self.device, self.rank, self.world_size = steps, device, rank, world_size
         self.shape = (transform.in_chans or 3, *transform.img_size)
         if isinstance(source, ShardSource):
-            self.per_epoch = self._shard_steps(0).per_epoch
+            self.per_epoch = self._shard_steps(source, 0).per_epoch
         else:
             self.per_epoch = steps_per_epoch(len(source), batch_size)
         self._stream: Iterator[Batch] | None = None
@@ -155,9 +155,9 @@ class TrainBatches:
     def epoch(self, step: int) -> int:
         return step // self.per_epoch
 
-    def _shard_steps(self, start: int) -> ShardSteps:
+    def _shard_steps(self, source: ShardSource, start: int) -> ShardSteps:
         rank_batch = self.batch_size // self.world_size
-        return ShardSteps(self.source, self.transform, rank_batch, self.seed, self.rank, self.world_size, start,
+        return ShardSteps(source, self.transform, rank_batch, self.seed, self.rank, self.world_size, start,
                           self.steps, self.shape)  # fmt: skip
 
     def __call__(self, step: int) -> Batch:
@@ -172,7 +172,7 @@ class TrainBatches:
         if self._stream is None or step != self._next_step:
             self.close()
             if isinstance(self.source, ShardSource):
-                steps: Dataset = self._shard_steps(step)
+                steps: Dataset = self._shard_steps(self.source, step)
             else:
                 steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank,
                                   self.world_size, step, self.steps)  # fmt: skip
