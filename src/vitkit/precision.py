@@ -36,6 +36,9 @@ from pathlib import Path
 
 import torch
 
+from vitkit.models import config_of
+from vitkit.models.config import to_pair
+
 PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
 MEASURE_ROUNDS = 3
@@ -189,8 +192,8 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
             logits = model(images)
     """
     device = next(model.parameters()).device
-    config = model.config
-    shape = (min(batch_size, MEASURE_BATCH), config.in_chans, *config.img_size)
+    config = config_of(model)
+    shape = (min(batch_size, MEASURE_BATCH), config.in_chans, *to_pair(config.img_size))
     example: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 
     def forward(dtype: torch.dtype | None) -> None:

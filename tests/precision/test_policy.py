@@ -11,7 +11,7 @@ from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
 from vitkit.bench.training import Workload
-from vitkit.models import create_model
+from vitkit.models import ViTConfig, build_model, create_model
 from vitkit.precision import Precision, choose_precision, inference_precision
 
 AMX_LIKE = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # Sapphire Rapids
@@ -84,16 +84,17 @@ def test_the_measurement_leaves_the_random_stream_alone(monkeypatch):
 
 def test_inference_precision_measures_the_models_forward(monkeypatch):
     fake_cpu(monkeypatch, AMX_LIKE)
-    model = torch.nn.Linear(2, 3)
-    model.config = type("Config", (), {"in_chans": 1, "img_size": (2, 2)})()  # [B, 1, 2, 2] -> Linear over 2
+    model = build_model(ViTConfig(img_size=8, patch_size=4, in_chans=1, num_classes=3, hidden_size=8, depth=1,
+                                  num_heads=1, mlp_dim=8))  # fmt: skip
     seen = []
     model.register_forward_hook(lambda m, args, out: seen.append((args[0].shape, out.dtype)))
     chosen = inference_precision("auto", model, batch_size=100)
     assert chosen.name in ("bf16", "fp32") and "per call of a forward pass at batch 32" in chosen.reason
-    assert (torch.Size([32, 1, 2, 2]), torch.bfloat16) in seen and (
-        torch.Size([32, 1, 2, 2]),
-        torch.float32,
-    ) in seen
+    assert {(torch.Size([32, 1, 8, 8]), torch.bfloat16), (torch.Size([32, 1, 8, 8]), torch.float32)} <= set(
+        seen
+    )
+    with pytest.raises(TypeError, match="Linear is not a vitkit model"):
+        inference_precision("auto", torch.nn.Linear(2, 3), batch_size=100)
 
 
 def test_explicit_choices_are_kept_and_bad_names_refused(monkeypatch):

@@ -12,6 +12,8 @@ from torch import nn
 
 from vitkit.collectives import all_reduce_sum, world
 from vitkit.data import Source, eval_batches
+from vitkit.models import config_of
+from vitkit.models.config import to_pair
 
 
 @dataclass
@@ -42,14 +44,15 @@ def evaluate(
     Images a lazy source skips as unreadable (data.on_corrupt='skip') are left out of the counts."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     num_classes = len(dataset.classes)
-    model_classes = model.config.num_classes
+    config = config_of(model)
+    model_classes = config.num_classes
     if model_classes != num_classes:
         raise ValueError(
             f"the model has {model_classes} classes, the dataset {dataset.source} has {num_classes}"
         )
     rank, world_size = world()
     indices = torch.arange(len(dataset)).tensor_split(world_size)[rank]
-    img_size, in_chans = model.config.img_size, model.config.in_chans
+    img_size, in_chans = to_pair(config.img_size), config.in_chans
     autocast = (
         torch.autocast(device.type, dtype=autocast_dtype)
         if autocast_dtype is not None

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
 from vitkit.models.resnet import ResNetV2
@@ -103,6 +104,14 @@ def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
 
 
 Model = VisionTransformer | ResNetV2  # what build_model makes from a config
+
+
+def config_of(model: nn.Module) -> ViTConfig | ResNetConfig:
+    """The architecture of a vitkit model; a one-line error for a module that is not one."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, ViTConfig | ResNetConfig):
+        raise TypeError(f"{type(model).__name__} is not a vitkit model (it has no ViTConfig or ResNetConfig)")
+    return config
 
 
 def build_model(config: ViTConfig | ResNetConfig) -> Model:
