@@ -9,6 +9,9 @@ batches by a seeded permutation, so storage order does not change what training 
 image). `vitkit data pack fashion_mnist --data-dir OUT/memory` then writes the WebDataset and HF copies in the
 same order.
 
+`resumed RUN` checks a run killed and resumed in place: the losses each attempt logged (TensorBoard) before
+it was killed, the steps past its last checkpoint included, against the finished run's.
+
 `compare RUN_A RUN_B ... [--step S]` prints, for each run against the first, whether every training loss in
 metrics.jsonl is bitwise equal (else the first differing step and the largest difference), whether the final
 weights (or those of the step-S checkpoints, for a killed and resumed run) are, and the final test accuracy.
@@ -93,6 +96,30 @@ def compare(runs: list[Path], step: int | None = None) -> None:
         print(line)
 
 
+def resumed(run: Path) -> None:
+    """A run killed and resumed in place: the losses each attempt logged to TensorBoard (float32, as computed)
+    against the finished run's metrics.jsonl, which keeps the last record of each step, for all the steps the
+    attempt logged; those past the checkpoint the next attempt resumed from were computed twice."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    final = losses(run)
+    attempts = []
+    for events in sorted((run / "tensorboard").glob("events.out.tfevents.*")):
+        accumulator = EventAccumulator(str(events), size_guidance={"scalars": 0})
+        accumulator.Reload()
+        attempts.append({e.step: e.value for e in accumulator.Scalars("train_loss")})
+    for logged, following in zip(attempts, attempts[1:], strict=False):
+        resumed_at = min(following) - 1
+        redone = [step for step in sorted(logged) if step > resumed_at]
+        differing = [step for step in sorted(logged) if logged[step] != final.get(step)]
+        verdict = "all bitwise equal" if not differing else f"first difference at step {differing[0]}"
+        print(
+            f"attempt logged steps {min(logged)}-{max(logged)}, the next resumed at step {resumed_at} and "
+            f"computed steps {redone[0] if redone else '-'}-{redone[-1] if redone else '-'} again: {verdict} "
+            "to the finished run's losses"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -108,9 +135,15 @@ def main() -> None:
     c.add_argument(
         "--step", type=int, default=None, help="compare up to this step's checkpoint (default: the end)"
     )
+    r = sub.add_parser(
+        "resumed", help="a killed and resumed run: the losses logged before each kill against the final ones"
+    )
+    r.add_argument("run", type=Path)
     args = parser.parse_args()
     if args.action == "prepare":
         prepare(args.out, args.data_dir)
+    elif args.action == "resumed":
+        resumed(args.run)
     else:
         compare(args.runs, args.step)
 
