@@ -36,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from vitkit.models import config_of
+from vitkit.models import as_model
 from vitkit.models.config import to_pair
 
 PRECISIONS = ("auto", "bf16", "fp32")
@@ -192,7 +192,7 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
             logits = model(images)
     """
     device = next(model.parameters()).device
-    config = config_of(model)
+    config = as_model(model).config
     shape = (min(batch_size, MEASURE_BATCH), config.in_chans, *to_pair(config.img_size))
     example: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 

@@ -22,20 +22,9 @@ def plot_resolution(rows: list[dict], path: str | Path, title: str = "") -> Path
         left.plot(sizes, [r["images/s"] for r in own], "o-", color=f"C{i}", label=name)
         if has_memory:
             right = axes[0, 1]
-            right.plot(
-                sizes,
-                [r["largest batch (inference)"] for r in own],
-                "o-",
-                color=f"C{i}",
-                label=f"{name} inference",
-            )
-            right.plot(
-                sizes,
-                [r["largest batch (training)"] for r in own],
-                "s--",
-                color=f"C{i}",
-                label=f"{name} training",
-            )
+            for use, style in (("inference", "o-"), ("training", "s--")):
+                batches = [r[f"largest batch ({use})"] for r in own]
+                right.plot(sizes, batches, style, color=f"C{i}", label=f"{name} {use}")
     left.set(xlabel="input size (px)", ylabel="images/s (inference)", yscale="log", title="Throughput")
     left.grid(True, which="both", alpha=0.3)
     left.legend()

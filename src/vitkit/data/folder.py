@@ -19,7 +19,8 @@ from .lazy import TEST_SPLITS, LazySource
 
 
 def split_directory(root: Path, split: str) -> Path:
-    """root/train for 'train'; root/test, else root/validation, else root/val, for 'test'. A one-line error lists what is missing."""
+    """root/train for 'train'; root/test, else root/validation, else root/val, for 'test'. A one-line error lists
+    what is missing."""
     candidates = [root / "train"] if split == "train" else [root / name for name in TEST_SPLITS]
     found = next((d for d in candidates if d.is_dir()), None)
     if found is None or not (root / "train").is_dir():

@@ -106,12 +106,11 @@ def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
 Model = VisionTransformer | ResNetV2  # what build_model makes from a config
 
 
-def config_of(model: nn.Module) -> ViTConfig | ResNetConfig:
-    """The architecture of a vitkit model; a one-line error for a module that is not one."""
-    config = getattr(model, "config", None)
-    if not isinstance(config, ViTConfig | ResNetConfig):
-        raise TypeError(f"{type(model).__name__} is not a vitkit model (it has no ViTConfig or ResNetConfig)")
-    return config
+def as_model(module: nn.Module) -> Model:
+    """`module` as a vitkit model (its `.config` the architecture); a one-line error for any other module."""
+    if not isinstance(module, Model):
+        raise TypeError(f"{type(module).__name__} is not a vitkit model (VisionTransformer or ResNetV2)")
+    return module
 
 
 def build_model(config: ViTConfig | ResNetConfig) -> Model:
