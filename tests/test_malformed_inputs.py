@@ -10,6 +10,7 @@ import importlib.util
 import io
 import json
 import os
+import random
 import struct
 import zlib
 from functools import partial
@@ -225,7 +226,9 @@ def malformed_weights(root: Path) -> dict[str, Path]:
         "truncated.safetensors": data[: len(data) // 2],
         "truncated.npz": npz[: len(npz) // 2],
         "text.npz": b"PK\x03\x04 not a zip",
-        "garbage.pth": os.urandom(64),
+        # random bytes on which torch's unpickler raises UnpicklingError, IndexError (two kinds), KeyError,
+        # EOFError and UnicodeDecodeError
+        **{f"garbage{seed}.pth": random.Random(seed).randbytes(64) for seed in (0, 14, 20, 61, 81, 195)},
     }
     paths = {}
     for name, content in files.items():

@@ -166,7 +166,9 @@ def read_state_dict(path: Path, kind: str) -> dict[str, torch.Tensor]:
         raise ValueError(
             f"{path}: truncated or corrupt torch file ({reason.group(1) if reason else 'unpickling failed'})"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile, KeyError, TypeError) as error:
+    except (
+        Exception
+    ) as error:  # bytes that are no torch file fail anywhere in the unpickler (IndexError, ...)
         first = str(error).splitlines()[0] if str(error) else type(error).__name__
         raise ValueError(f"{path}: truncated or corrupt torch file ({first})") from None
     return _unwrap(obj, path)
