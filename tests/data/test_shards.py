@@ -13,7 +13,16 @@ import pytest
 import torch
 
 from image_collections import in_memory, take_steps, write_folder, write_packed
-from vitkit.data import FolderSource, ShardSource, TrainBatches, TrainTransform, eval_batches, open_source
+from vitkit.data import (
+    FolderSource,
+    ShardSource,
+    TrainBatches,
+    TrainTransform,
+    balanced_subset,
+    eval_batches,
+    hold_out,
+    open_source,
+)
 from vitkit.data.pack import pack, shuffled_order
 
 CPU = torch.device("cpu")
@@ -145,3 +154,10 @@ def test_reading_options_out_of_range_are_one_line_for_shards_and_folders(shards
     for reader, path in ((ShardSource, shards), (FolderSource, shards.parent / "folder")):
         with pytest.raises(ValueError, match=message):
             reader(path, "train", **options)
+
+
+def test_subsets_and_validation_splits_of_a_stream_are_one_line(shards):
+    source = ShardSource(shards, "train")
+    for draw, setting in ((balanced_subset, "data.train_subset"), (hold_out, "data.val_split")):
+        with pytest.raises(ValueError, match=f"{setting} needs an indexable data.source .* is a stream"):
+            draw(source, 20)

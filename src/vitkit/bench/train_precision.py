@@ -114,7 +114,7 @@ def training_precision(
     config.train.precision = "auto"
     chosen: Precision = run_precision(config, model.train(), dataset, b, target, None)
     rows.append({"precision": auto_label(chosen)})
-    desc = f"{config.model.name} {count_parameters(model) / 1e6:.2f}M at {model.config.img_size[0]}"
+    desc = f"{config.model.name} {count_parameters(model) / 1e6:.2f}M at {model.config.input_size[1]}"
     for row in rows:
         row.update(model=desc, batch=b)
     return rows

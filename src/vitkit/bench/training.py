@@ -41,6 +41,7 @@ from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ra
 from vitkit.collectives import world
 from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load_dataset, steps_per_epoch
 from vitkit.flops import count_flops, count_parameters
+from vitkit.models.registry import Trainable
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
 from vitkit.train.recipe import ModelSection, RunConfig, load_config
@@ -87,7 +88,7 @@ class Workload:
 
     config: RunConfig
     dataset: ImageDataset
-    model: nn.Module
+    model: Trainable
 
     @classmethod
     def load(
@@ -204,7 +205,7 @@ def plain_timm_dataloader_step(workload: Workload) -> Callable[[], float]:
     peer = vitkit.to_timm(model).train()
     optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
     loader = torch.utils.data.DataLoader(
-        TorchvisionImages(dataset, model.config.img_size[0], config.data.crop, config.data.flip),
+        TorchvisionImages(dataset, model.config.input_size[1], config.data.crop, config.data.flip),
         batch_size=t.batch_size,
         shuffle=True,
         drop_last=True,

@@ -10,14 +10,19 @@ from .shards import ShardSource
 from .sources import ImageDataset
 
 
-def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, what: str) -> torch.Tensor:
-    """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more
-    for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
-    errors."""
+def indexable(dataset: ImageDataset | LazySource | ShardSource, what: str) -> ImageDataset | LazySource:
+    """`dataset`, whose images can be drawn by index; a one-line error naming the setting `what` for a stream."""
     if isinstance(dataset, ShardSource):
         raise ValueError(
             f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.source} is a stream"
         )
+    return dataset
+
+
+def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, what: str) -> torch.Tensor:
+    """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more
+    for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
+    errors."""
     num_classes = len(dataset.classes)
     if not num_classes <= size <= len(dataset):
         raise ValueError(
@@ -39,19 +44,21 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
 
 
 def balanced_subset(
-    dataset: ImageDataset | LazySource, size: int, seed: int = 0
+    dataset: ImageDataset | LazySource | ShardSource, size: int, seed: int = 0
 ) -> ImageDataset | LazySource:
     """A class-balanced subset of `size` images (`balanced_indices`), in their order in `dataset`."""
+    dataset = indexable(dataset, "data.train_subset")
     indices = balanced_indices(dataset, size, seed, "data.train_subset")
     source = f"{dataset.source}; class-balanced subset of {size} images (seed {seed})"
     return dataset.select(indices, source)
 
 
 def hold_out(
-    dataset: ImageDataset | LazySource, size: int, seed: int = 0
+    dataset: ImageDataset | LazySource | ShardSource, size: int, seed: int = 0
 ) -> tuple[ImageDataset | LazySource, ImageDataset | LazySource]:
     """(the rest, a class-balanced validation split of `size` images): disjoint, together `dataset`, so a
     recipe can be chosen on images it never trains on while the test set stays for the final report."""
+    dataset = indexable(dataset, "data.val_split")
     held = balanced_indices(dataset, size, seed, "data.val_split")
     keep = torch.ones(len(dataset), dtype=torch.bool)
     keep[held] = False

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
+from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.resnet import ResNetV2
 from vitkit.models.vit import VisionTransformer
 
@@ -104,6 +105,9 @@ def model_config(name: str, **overrides: Any) -> ViTConfig | ResNetConfig:
 
 
 Model = VisionTransformer | ResNetV2  # what build_model makes from a config
+Trainable = (
+    Model | MaskedPatchPrediction
+)  # what the engine trains: a model, or a ViT inside masked patch prediction
 
 
 def as_model(module: nn.Module) -> Model:

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from vitkit.collectives import barrier, broadcast_object, world
+from vitkit.models.registry import Trainable
 from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, atomic_write_text, load_state_dict
 from vitkit.train import checkpoint as ckpt
 
@@ -40,7 +41,7 @@ def is_sharded(path: str | os.PathLike) -> bool:
 def save_checkpoint(
     run_dir: str | os.PathLike,
     step: int,
-    model: nn.Module,
+    model: Trainable,
     optimizer: torch.optim.Optimizer,
     ema: nn.Module | None,
     state: dict[str, Any],
@@ -81,7 +82,7 @@ def save_checkpoint(
 
 
 def load_checkpoint(
-    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, ema: nn.Module | None
+    path: str | os.PathLike, model: Trainable, optimizer: torch.optim.Optimizer, ema: nn.Module | None
 ) -> dict[str, Any]:
     """Restore model, optimizer and EMA in place from either format; returns state.json.
 

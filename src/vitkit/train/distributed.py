@@ -28,7 +28,8 @@ import torch.distributed as dist
 from torch import nn
 
 from vitkit.collectives import world
-from vitkit.models.registry import build_model
+from vitkit.models.registry import Trainable, build_model
+from vitkit.train.objectives import Forward
 from vitkit.train.recipe import STRATEGIES  # ("auto", "ddp", "fsdp")
 
 
@@ -184,7 +185,7 @@ def data_parallel(model: nn.Module, strategy: str, device: torch.device) -> nn.M
 
 
 @contextlib.contextmanager
-def gradient_sync(forward: nn.Module, enabled: bool) -> Iterator[None]:
+def gradient_sync(forward: Forward, enabled: bool) -> Iterator[None]:
     """Skip the gradient all-reduce (DDP) or reduce-scatter (FSDP) of all but the last micro-batch of a step."""
     from torch.distributed.fsdp import FSDPModule
     from torch.nn.parallel import DistributedDataParallel
@@ -205,7 +206,7 @@ def gradient_sync(forward: nn.Module, enabled: bool) -> Iterator[None]:
         yield
 
 
-def full_model(model: nn.Module, strategy: str) -> nn.Module | None:
+def full_model(model: Trainable, strategy: str) -> Trainable | None:
     """A plain, unsharded copy of an FSDP model on rank 0's CPU (None on the other ranks); `model` otherwise.
 
     Collective under FSDP: every rank must call it.

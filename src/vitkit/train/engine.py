@@ -14,12 +14,12 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel
 
 from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.collectives import all_gather_object, all_reduce_mean, broadcast_object, world
@@ -41,7 +41,7 @@ from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.flops import count_parameters
 from vitkit.models.config import config_from_dict
 from vitkit.models.mpp import MaskedPatchPrediction
-from vitkit.models.registry import build_model, create_model
+from vitkit.models.registry import Model, Trainable, build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import Precision, autocast, choose_precision, model_signature
 from vitkit.storage import FINAL_DIR, DiskFull, atomic_write_text, is_disk_full, read_config, save_pretrained
@@ -59,6 +59,7 @@ from vitkit.train.distributed import (
     shard_model,
 )
 from vitkit.train.objectives import (
+    Forward,
     LossFunction,
     classification_loss,
     masked_patch_loss,
@@ -143,7 +144,8 @@ def _train(
     autocast_dtype = precision.autocast_dtype
     train_step = build_train_step(config, train_set, model, device, autocast_dtype, strategy)
     optimizer, ema = train_step.optimizer, train_step.ema
-    eval_model = ema.module if ema is not None else model  # evaluation and final/ use the average (§4.1)
+    # evaluation and final/ use the average (§4.1): a copy of the model
+    eval_model = model if ema is None else cast(Trainable, ema.module)
     # Few-shot k-shot images come from the whole training split (less data.val_split), also with
     # data.train_subset: it measures the representation, it does not train. Rank 0 measures alone (FSDP, which
     # would need every rank, is refused).
@@ -278,10 +280,10 @@ class TrainStep:
         self,
         config: RunConfig,
         train_set: Source,
-        model: nn.Module,
-        forward: Callable[..., torch.Tensor],
+        model: Trainable,
+        forward: Forward,
         optimizer: torch.optim.Optimizer,
-        ema: nn.Module | None,
+        ema: AveragedModel | None,
         transform: TrainTransform,
         device: torch.device,
         autocast_dtype: torch.dtype | None,
@@ -415,7 +417,7 @@ NO_SPLIT = _NoSplit(None)
 
 def run_precision(
     config: RunConfig,
-    model: nn.Module,
+    model: Trainable,
     train_set: Source,
     micro: int,
     device: torch.device,
@@ -472,7 +474,7 @@ def on_device(dataset: Source, device: torch.device) -> Source:
 def build_train_step(
     config: RunConfig,
     train_set: Source,
-    model: nn.Module,
+    model: Trainable,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
     strategy: str,
@@ -482,13 +484,13 @@ def build_train_step(
     t = config.train
     optimizer = build_optimizer(model, config.optim, device)
     ema = ema_model(model, t.ema_decay) if t.ema_decay else None
-    forward: Callable[..., torch.Tensor] = data_parallel(model, strategy, device)
+    forward: Forward = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
     transform = train_transform(config, model, len(train_set.classes))
     return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
 
 
-def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> TrainTransform:
+def train_transform(config: RunConfig, model: Trainable, num_classes: int) -> TrainTransform:
     """The batched training augmentation of `config.data` for `model`'s input size and channels."""
     data = config.data
     return TrainTransform(
@@ -505,11 +507,11 @@ def train_transform(config: RunConfig, model: nn.Module, num_classes: int) -> Tr
 
 
 def final_evaluation(
-    model: nn.Module, test_set: Source, train: TrainSection, autocast_dtype: torch.dtype | None
+    model: Trainable, test_set: Source, train: TrainSection, autocast_dtype: torch.dtype | None
 ) -> tuple[dict[str, float], torch.Tensor | None]:
     """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
     test set (corrupted reproducibly) and no confusion matrix."""
-    if train.objective == "mpp":
+    if isinstance(model, MaskedPatchPrediction):
         return {
             "mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch(), autocast_dtype)
         }, None
@@ -525,7 +527,7 @@ def objective_loss(train: TrainSection) -> LossFunction:
 
 
 def accumulate_gradients(
-    forward: Callable[..., torch.Tensor],
+    forward: Forward,
     loss_function: LossFunction,
     transform: TrainTransform,
     batch: Batch,
@@ -620,7 +622,7 @@ def _refuse_existing(run_dir: Path) -> None:
         )
 
 
-def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> nn.Module:
+def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> Trainable:
     """The checkpoint's architecture when resuming; else the named model, or the given weights to fine-tune.
 
     Masked patch prediction wraps a ViT without a classifier head (MaskedPatchPrediction); its checkpoints
@@ -676,14 +678,14 @@ def step_seed(seed: int, step: int, rank: int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def bare_model(model: nn.Module) -> nn.Module:
+def bare_model(model: Trainable) -> Model:
     """What final/ holds and few-shot measures: the ViT inside an MPP wrapper, else the model itself."""
     return model.vit if isinstance(model, MaskedPatchPrediction) else model
 
 
-def describe(model: nn.Module) -> str:
+def describe(model: Trainable) -> str:
     cfg = model.config
-    size = "x".join(str(s) for s in cfg.img_size)
+    size = "x".join(str(s) for s in cfg.input_size[1:])
     params = count_parameters(model) / 1e6
     mpp = isinstance(model, MaskedPatchPrediction)
     task = f"masked patch prediction of {model.target}" if mpp else f"{cfg.num_classes} classes"

@@ -13,15 +13,15 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from vitkit.collectives import all_reduce_sum, world
 from vitkit.data import Source, eval_batches
 from vitkit.models.config import to_pair
 from vitkit.models.mpp import MaskedPatchPrediction
 
+Forward = Callable[..., torch.Tensor]  # what a step calls: the model, its DDP wrapper or its compiled form
 LossFunction = Callable[
-    [nn.Module, torch.Tensor, torch.Tensor], torch.Tensor
+    [Forward, torch.Tensor, torch.Tensor], torch.Tensor
 ]  # (forward, images, labels) -> loss
 
 
@@ -44,7 +44,7 @@ def classification_loss(
     raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {loss!r}")
 
 
-def masked_patch_loss(forward: nn.Module, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def masked_patch_loss(forward: Forward, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """The MPP loss of a batch: the wrapper's forward computes it; the labels are unused (self-supervised).
 
     The corruption draws from torch's global generator, which the engine reseeds every step.

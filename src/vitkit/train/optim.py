@@ -9,12 +9,11 @@ import math
 
 import torch
 
-from vitkit.models.mpp import MaskedPatchPrediction
-from vitkit.models.registry import Model
+from vitkit.models.registry import Trainable
 from vitkit.train.recipe import OptimSection
 
 
-def parameter_groups(model: Model | MaskedPatchPrediction, weight_decay: float) -> list[dict]:
+def parameter_groups(model: Trainable, weight_decay: float) -> list[dict]:
     """Decayed and non-decayed groups: biases, norms, position embeddings and class token are exempt."""
     exempt = model.no_weight_decay() if weight_decay else set()
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
@@ -24,9 +23,7 @@ def parameter_groups(model: Model | MaskedPatchPrediction, weight_decay: float) 
     return groups + [{"params": no_decay, "weight_decay": 0.0}] if no_decay else groups
 
 
-def build_optimizer(
-    model: Model | MaskedPatchPrediction, optim: OptimSection, device: torch.device
-) -> torch.optim.Optimizer:
+def build_optimizer(model: Trainable, optim: OptimSection, device: torch.device) -> torch.optim.Optimizer:
     """AdamW with decoupled weight decay, or SGD with momentum; fused kernels where the device has them."""
     groups = parameter_groups(model, optim.weight_decay)
     fast = {"fused": True} if device.type in ("cuda", "cpu") else {"foreach": True}
