@@ -23,7 +23,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from .decode import ImageDecodeError, decode_image, image_size
-from .lazy import LazySource
+from .pipeline import Source
 from .shards import INFO_NAME, LABEL_EXTENSION, UNKNOWN_IMAGE_EXTENSION, ShardSource
 from .sources import ImageDataset
 from .transforms import sample_keys
@@ -35,8 +35,6 @@ SIGNATURES = (
 )  # fmt: skip
 _SHUFFLE_DOMAIN = 0x7368756666  # "shuff": shard order keys are not augmentation or batch-order keys
 SIZE_SAMPLE = 200  # images whose header `data info` reads for the size summary (all with --check)
-
-Source = ImageDataset | LazySource | ShardSource
 
 
 def extension(data: bytes) -> str:

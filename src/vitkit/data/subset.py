@@ -6,11 +6,12 @@ from __future__ import annotations
 import torch
 
 from .lazy import LazySource
+from .pipeline import Source
 from .shards import ShardSource
 from .sources import ImageDataset
 
 
-def indexable(dataset: ImageDataset | LazySource | ShardSource, what: str) -> ImageDataset | LazySource:
+def indexable(dataset: Source, what: str) -> ImageDataset | LazySource:
     """`dataset`, whose images can be drawn by index; a one-line error naming the setting `what` for a stream."""
     if isinstance(dataset, ShardSource):
         raise ValueError(
@@ -43,9 +44,7 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
     return torch.cat(chosen).sort().values
 
 
-def balanced_subset(
-    dataset: ImageDataset | LazySource | ShardSource, size: int, seed: int = 0
-) -> ImageDataset | LazySource:
+def balanced_subset(dataset: Source, size: int, seed: int = 0) -> ImageDataset | LazySource:
     """A class-balanced subset of `size` images (`balanced_indices`), in their order in `dataset`."""
     dataset = indexable(dataset, "data.train_subset")
     indices = balanced_indices(dataset, size, seed, "data.train_subset")
@@ -54,7 +53,7 @@ def balanced_subset(
 
 
 def hold_out(
-    dataset: ImageDataset | LazySource | ShardSource, size: int, seed: int = 0
+    dataset: Source, size: int, seed: int = 0
 ) -> tuple[ImageDataset | LazySource, ImageDataset | LazySource]:
     """(the rest, a class-balanced validation split of `size` images): disjoint, together `dataset`, so a
     recipe can be chosen on images it never trains on while the test set stays for the final report."""
