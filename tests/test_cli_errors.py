@@ -174,3 +174,22 @@ def test_written_files_follow_the_umask(umask: int, tmp_path: Path) -> None:
         mode = stat.S_IMODE(path.stat().st_mode)
         expected = (0o777 if path.is_dir() else 0o666) & ~umask
         assert mode == expected, f"{path}: {oct(mode)}, expected {oct(expected)} under umask {oct(umask)}"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["eval", "--weights", WEIGHTS, "--batch-size", "0"],
+        ["demo", "--batch-size", "-1"],
+        ["fewshot", "--weights", WEIGHTS, "--seeds", "0"],
+        ["inspect", "--weights", WEIGHTS, "--out", "x", "--max-images", "two"],
+    ],
+)
+def test_counts_below_one_are_a_usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2
+    assert (
+        f"vitkit {argv[0]}: error: argument {argv[-2]}: expected a positive integer, got '{argv[-1]}'" in err
+    )

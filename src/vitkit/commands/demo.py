@@ -8,6 +8,7 @@ import time
 import torch
 
 import vitkit
+from vitkit.commands import positive_int
 from vitkit.flops import count_flops, count_parameters
 from vitkit.precision import add_precision_argument, inference_precision
 
@@ -16,7 +17,7 @@ HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed f
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="ViT-B/16", help="registry name (see `vitkit models`)")
-    parser.add_argument("--batch-size", type=int, default=2)
+    parser.add_argument("--batch-size", type=positive_int, default=2)
     add_precision_argument(parser)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit import load_weights
+from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", default="test", choices=("train", "test"))
     parser.add_argument("--on-corrupt", default="stop", choices=("stop", "skip"), help="unreadable images")
     parser.add_argument("--workers", type=int, default=0, help="DataLoader processes decoding a lazy source")
-    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--batch-size", type=positive_int, default=500)
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
     add_precision_argument(parser)
     parser.add_argument(

@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from vitkit import load_weights
+from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.precision import add_precision_argument, inference_precision
@@ -37,13 +38,6 @@ def _float_list(text: str) -> list[float]:
     return values
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights", required=True, help="weights: any format vitkit.load_weights reads, run directories too"
@@ -55,15 +49,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--shots", type=_int_list, default=[1, 5, 10, 25], help="comma-separated (default 1,5,10,25)"
     )
-    parser.add_argument("--seeds", type=_positive, default=3, help="number of sampled subsets (seeds 0..n-1)")
+    parser.add_argument(
+        "--seeds", type=positive_int, default=3, help="number of sampled subsets (seeds 0..n-1)"
+    )
     parser.add_argument(
         "--l2",
         type=_float_list,
         default=[1024.0],
         help="ridge regularisation; comma-separated values share one eigendecomposition (default 1024)",
     )
-    parser.add_argument("--num-test", type=_positive, default=None, help="cap on test images (fixed subset)")
-    parser.add_argument("--batch-size", type=_positive, default=256, help="feature-extraction batch size")
+    parser.add_argument(
+        "--num-test", type=positive_int, default=None, help="cap on test images (fixed subset)"
+    )
+    parser.add_argument("--batch-size", type=positive_int, default=256, help="feature-extraction batch size")
     parser.add_argument("--device", default="cpu", help="torch device for feature extraction")
     add_precision_argument(parser, what="feature extraction in ")
     parser.add_argument("--out", default=None, help="write the results as JSON to this file")

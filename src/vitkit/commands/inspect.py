@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from vitkit.commands import positive_int
 from vitkit.data.decode import add_max_pixels_argument
 from vitkit.inspect.figures import write_figures
 from vitkit.inspect.images import preprocess, read_images
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-images",
-        type=int,
+        type=positive_int,
         default=128,
         help="images used for the attention distance (paper: 128; default 128)",
     )
@@ -48,7 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="images per forward pass (default: as many as keep the attention maps within ~1 GiB, at most 16)",
     )
