@@ -17,6 +17,9 @@ TINY = [
     "train.log_every=10",
     "train.threads=1",
     "train.device=cpu",  # bitwise comparisons of CPU runs, also on machines with a GPU
+    # and of runs with evaluations: on a CPU with native bf16 `auto` measures, and may choose either precision
+    # (tests/precision covers that choice)
+    "train.precision=fp32",
 ]
 
 

@@ -81,9 +81,14 @@ class Precision:
         return f"{self.name} ({self.reason})"
 
 
-def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """torch.autocast on `device` at `dtype`; a no-op for None (float32)."""
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+def autocast(
+    device: torch.device, dtype: torch.dtype | None, cache: bool = True
+) -> contextlib.AbstractContextManager:
+    """torch.autocast on `device` at `dtype` (`cache`: reuse each weight's cast within the region); a no-op for
+    None (float32)."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
 
 
 @functools.cache

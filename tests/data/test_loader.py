@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vitkit.data import global_batch_indices, shard, steps_per_epoch
-from vitkit.data.loader import _epoch_permutation
+from vitkit.data.loader import _epoch_permutation, epoch_shard
 
 
 def epoch_indices(num_samples: int, batch: int, seed: int, epoch: int) -> torch.Tensor:
@@ -58,3 +58,12 @@ def test_bad_arguments_raise():
         steps_per_epoch(10, 0)
     with pytest.raises(ValueError, match="step"):
         global_batch_indices(10, 2, 0, -1)
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3])
+def test_an_epoch_shard_is_the_shards_of_its_steps_in_order(world_size):
+    per_epoch = steps_per_epoch(100, 12)
+    for rank in range(world_size):
+        steps = range(2 * per_epoch, 3 * per_epoch)  # epoch 2
+        expected = torch.cat([shard(global_batch_indices(100, 12, 5, s), rank, world_size) for s in steps])
+        assert torch.equal(epoch_shard(100, 12, 5, 2, rank, world_size), expected)

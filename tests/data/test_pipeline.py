@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from image_collections import in_memory, take_steps, write_folder
-from vitkit.data import FolderSource, TrainTransform, eval_batches, steps_per_epoch
+from vitkit.data import FolderSource, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.models import create_model
 
@@ -82,3 +82,19 @@ def test_few_shot_reads_a_folder_as_the_same_images_in_memory(folder):
         lazy.test_images, memory.test_images
     )
     assert lazy(model) == memory(model)
+
+
+@pytest.mark.parametrize("crop", ["inception", "pad_crop"])
+def test_a_whole_augmented_epoch_gives_each_step_its_batch(folder, crop):
+    """The GPU's path for in-memory data (each step slices an epoch augmented at once) equals step by step."""
+    memory = in_memory(FolderSource(folder, "train"), channels=1)
+    transform = TrainTransform(28, crop=crop, seed=3, in_chans=1)
+    for rank, world_size in ((0, 1), (2, 3)):
+        per_step, whole = (
+            TrainBatches(memory, transform, 12, 3, 12, CPU, rank, world_size) for _ in range(2)
+        )
+        whole.whole_epochs = True
+        for step in range(12):  # 5 steps an epoch: into the third epoch
+            a, b = per_step(step), whole(step)
+            assert a.step == b.step == step and torch.equal(a.indices, b.indices)
+            assert torch.equal(a.labels, b.labels) and torch.equal(a.images, b.images)

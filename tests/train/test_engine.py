@@ -56,8 +56,18 @@ def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
 
 def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tmp_path, capsys):
     out, _ = trained
-    assert cli.main(["eval", "--weights", str(out), "--confusion", str(tmp_path / "cm.png")]) == 0
     report = json.loads((out / "report.json").read_text())
+    # in the run's own precision: `auto` may choose the other one for evaluation on a CPU with native bf16
+    argv = [
+        "eval",
+        "--weights",
+        str(out),
+        "--confusion",
+        str(tmp_path / "cm.png"),
+        "--precision",
+        report["precision"],
+    ]
+    assert cli.main(argv) == 0
     assert f"top-1 {100 * report['test_top1']:.2f}%" in capsys.readouterr().out
     assert (tmp_path / "cm.png").stat().st_size > 1000
 

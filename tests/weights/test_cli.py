@@ -104,7 +104,9 @@ def test_predict_matches_model(tmp_path: Path, capsys: pytest.CaptureFixture[str
     from vitkit.data.transforms import eval_transform
 
     path = write_images(tmp_path)[0]
-    assert main(["predict", str(path), "--weights", str(DATA / "A_params.npz"), "--topk", "1"]) == 0
+    argv = ["predict", str(path), "--weights", str(DATA / "A_params.npz"), "--topk", "1"]
+    # in the precision and on the device of the reference below
+    assert main([*argv, "--precision", "fp32", "--device", "cpu"]) == 0
     printed = capsys.readouterr().out.splitlines()[-1].split()
     model = vitkit.load_weights(DATA / "A_params.npz")
     with torch.no_grad():

@@ -13,6 +13,7 @@ takes the same functions on whole batches, which give the same pixels (tests/dat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -24,12 +25,14 @@ from vitkit.allocator import return_freed_memory
 from .batch import Batch
 from .decode import ImageDecodeError
 from .lazy import LazySource
-from .loader import global_batch_indices, shard, steps_per_epoch
+from .loader import epoch_shard, global_batch_indices, shard, steps_per_epoch
 from .shards import ShardChunks, ShardSource, ShardSteps
 from .sources import ImageDataset
 from .transforms import TrainTransform, eval_transform, resize_centre_crop
 
 Source = ImageDataset | LazySource | ShardSource
+EPOCH_MEMORY_SHARE = 0.25  # of a GPU's free memory, for a whole augmented epoch of an in-memory source
+EPOCH_CHUNK = 8192  # samples augmented at once when augmenting a whole epoch (bounds the transient memory)
 GATHER_SIDE = 256  # few-shot images of mixed sizes: shorter side to this, centre square kept
 # (n uint8 [C, H, W] images of any sizes, their indices [n]) -> float32 [n, C, h, w]
 Preprocess = Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor]
@@ -126,9 +129,11 @@ class RankSteps(Dataset):
 class TrainBatches:
     """This rank's share of each training step, called with consecutive steps (any step restarts the stream).
 
-    In-memory sources: sliced and augmented on `device` (the fast path). Lazy sources: a DataLoader over
-    RankSteps keeps `workers x prefetch` steps in flight; shard streams: a DataLoader over ShardSteps. Batches
-    arrive in pinned memory on CUDA.
+    In-memory sources: sliced and augmented on `device` (the fast path); on a GPU, where a step of a small
+    model costs less than launching the augmentation's kernels, a whole epoch of this rank's samples is augmented
+    at once when it fits (EPOCH_MEMORY_SHARE of the free memory) and each step takes its slice: the same pixels,
+    since the augmentation is per sample. Lazy sources: a DataLoader over RankSteps keeps `workers x prefetch`
+    steps in flight; shard streams: a DataLoader over ShardSteps. Batches arrive in pinned memory on CUDA.
     """
 
     def __init__(
@@ -151,6 +156,8 @@ class TrainBatches:
             self.per_epoch = steps_per_epoch(len(source), batch_size)
         self._stream: Iterator[Batch] | None = None
         self._next_step = -1
+        self.whole_epochs = fits_whole_epochs(source, self.shape)
+        self._epoch: tuple[int, Batch] | None = None  # (epoch, this rank's augmented samples, in step order)
 
     def epoch(self, step: int) -> int:
         return step // self.per_epoch
@@ -162,9 +169,20 @@ class TrainBatches:
 
     def __call__(self, step: int) -> Batch:
         """The batch of `step` (labels and indices on the device too)."""
+        if isinstance(self.source, ImageDataset) and self.whole_epochs:
+            epoch, position = divmod(step, self.per_epoch)
+            if self._epoch is None or self._epoch[0] != epoch:
+                self._epoch = None  # one epoch in memory at a time
+                self._epoch = epoch, self._augment_epoch(self.source, epoch)
+            share = self.batch_size // self.world_size
+            window = slice(position * share, (position + 1) * share)
+            whole = self._epoch[1]
+            return Batch(whole.images[window], whole.labels[window], whole.indices[window], step)
         if isinstance(self.source, ImageDataset):
-            indices = shard(global_batch_indices(len(self.source), self.batch_size, self.seed, step), self.rank,
-                            self.world_size)  # fmt: skip
+            order = global_batch_indices(
+                len(self.source), self.batch_size, self.seed, step, self.source.images.device
+            )
+            indices = shard(order, self.rank, self.world_size)
             images = self.transform.augment(
                 self.source.images[indices].to(self.device), indices, self.epoch(step)
             )
@@ -190,9 +208,31 @@ class TrainBatches:
         batch.labels = batch.labels.to(self.device, non_blocking=True)
         return batch
 
+    def _augment_epoch(self, source: ImageDataset, epoch: int) -> Batch:
+        """This rank's share of every step of `epoch`, in step order, augmented EPOCH_CHUNK samples at a time."""
+        indices = epoch_shard(len(source), self.batch_size, self.seed, epoch, self.rank, self.world_size,
+                              source.images.device)  # fmt: skip
+        images = torch.cat(
+            [
+                self.transform.augment(source.images[chunk], chunk, epoch)
+                for chunk in indices.split(EPOCH_CHUNK)
+            ]
+        )
+        return Batch(images, source.labels[indices], indices)
+
     def close(self) -> None:
-        """Stop the worker processes (also done when the object is collected)."""
+        """Stop the worker processes (also done when the object is collected) and free an augmented epoch."""
         self._stream = None
+        self._epoch = None
+
+
+def fits_whole_epochs(source: Source, shape: tuple[int, ...]) -> bool:
+    """Whether training steps slice a whole augmented epoch (TrainBatches): in-memory images on a GPU, the epoch
+    of float32 images of `shape` fitting in EPOCH_MEMORY_SHARE of its free memory."""
+    if not isinstance(source, ImageDataset) or source.images.device.type != "cuda":
+        return False
+    epoch_bytes = len(source) * math.prod(shape) * 4
+    return epoch_bytes <= torch.cuda.mem_get_info(source.images.device)[0] * EPOCH_MEMORY_SHARE
 
 
 class EvalChunks(Dataset):

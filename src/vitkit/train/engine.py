@@ -58,6 +58,7 @@ from vitkit.train.distributed import (
     restarted_by_torchrun,
     shard_model,
 )
+from vitkit.train.graph import GraphedUpdate
 from vitkit.train.objectives import (
     Forward,
     LossFunction,
@@ -287,6 +288,7 @@ class TrainStep:
         transform: TrainTransform,
         device: torch.device,
         autocast_dtype: torch.dtype | None,
+        graphed: bool = False,
     ) -> None:
         self.config, self.model, self.forward = config, model, forward
         self.optimizer, self.ema, self.transform = optimizer, ema, transform
@@ -299,6 +301,7 @@ class TrainStep:
         self.batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, self.rank,
                                     self.world_size)  # fmt: skip
         self.loss_function = objective_loss(t)
+        self.graphed = GraphedUpdate(self.update, model, optimizer) if graphed else None
 
     def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float]:
         """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate).
@@ -312,31 +315,36 @@ class TrainStep:
         split.start()
         torch.manual_seed(step_seed(t.seed, step, self.rank))  # dropout and drop-path, resumable
         lr = learning_rate(step, t.steps, optim)
-        set_learning_rate(self.optimizer, lr)
         batch = self.batches(step)
+        x, y = mixed(self.transform, batch, self.batches.epoch(step), self.micro)
         split.lap("data")
-        loss = accumulate_gradients(
-            self.forward,
-            self.loss_function,
-            self.transform,
-            batch,
-            self.batches.epoch(step),
-            self.micro,
-            self.device,
-            self.autocast_dtype,
-            split,
+        if self.graphed is not None:
+            loss = self.graphed(x, y, lr)
+            split.lap("forward_backward")  # the whole update, one replay
+        else:
+            set_learning_rate(self.optimizer, lr)
+            loss = self.update(x, y, split, step)
+            self.optimizer.zero_grad(set_to_none=True)
+            split.lap("optimizer")
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
+        return loss, lr
+
+    def update(
+        self, x: torch.Tensor, y: torch.Tensor, split: StepSplit | None = None, step: int = -1
+    ) -> torch.Tensor:
+        """Forward and backward this rank's (mixed) images in micro-batches, average the loss over ranks, clip
+        and step the optimizer; returns the mean loss. What GraphedUpdate captures (on CUDA, without `split`)."""
+        loss = forward_backward(
+            self.forward, self.loss_function, x, y, self.micro, self.device, self.autocast_dtype, split
         )
         loss = all_reduce_mean(loss)
         if self.device.type != "cuda":
             check_finite(loss.item(), step + 1, "stopped before the update")
-        if optim.grad_clip:
-            nn.utils.clip_grad_norm_(self.model.parameters(), optim.grad_clip, foreach=True)
+        if self.config.optim.grad_clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.optim.grad_clip, foreach=True)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if self.ema is not None:
-            self.ema.update_parameters(self.model)
-        split.lap("optimizer")
-        return loss, lr
+        return loss
 
 
 def check_finite(loss: float, step: int, action: str) -> None:
@@ -425,34 +433,28 @@ def run_precision(
 ) -> Precision:
     """train.precision for this run (vitkit.precision): the one the run started with when resuming
     `checkpoint`, else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and
-    backward pass of the first micro-batch in both precisions. Rank 0 decides for every rank."""
+    backward pass of a micro-batch in both precisions. Rank 0 decides for every rank."""
     saved = ckpt.read_state(checkpoint) if checkpoint is not None else {}
     if "precision" in saved:
         return Precision(
             saved["precision"], f"{saved['precision_reason']} (kept from the run's start)", device
         )
     t = config.train
-    transform = train_transform(config, model, len(train_set.classes))
     loss_function = objective_loss(t)
-    first: list[
-        tuple[torch.Tensor, torch.Tensor]
-    ] = []  # made on the first call: most decisions never measure
+    shape = (micro, *model.config.input_size)
+    inputs: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 
     def forward_backward(dtype: torch.dtype | None) -> None:
-        if not first:
-            batches = TrainBatches(train_set, transform, t.batch_size, t.seed, 1, device, *world())
-            batch = batches(0)
-            batches.close()
-            first.append(
-                transform.mix_batch(batch.images[:micro], batch.labels[:micro], batch.indices[:micro], 0)
-            )
-        x, y = first[0]
+        # Pixels do not change the time: a ramp in [-1, 1] instead of the first batch, so measuring reads no
+        # data (an unreadable image is met, and skipped or reported, by the step that reads it).
+        if not inputs:
+            x = torch.linspace(-1, 1, math.prod(shape), device=device).view(shape)
+            inputs.extend([x, torch.arange(micro, device=device) % max(len(train_set.classes), 1)])
         with autocast(device, dtype):
-            loss = loss_function(model, x, y)
+            loss = loss_function(model, *inputs)
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    shape = (micro, *model.config.input_size)
     key = ("train", model_signature(model), shape, t.objective, str(device))
     what = f"a forward and backward pass at batch {micro}"
     chosen = choose_precision(t.precision, device, measure=forward_backward, key=key, what=what)
@@ -487,7 +489,29 @@ def build_train_step(
     forward: Forward = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
     transform = train_transform(config, model, len(train_set.classes))
-    return TrainStep(config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype)
+    graphed = use_cuda_graph(t, device, strategy)
+    return TrainStep(
+        config, train_set, model, forward, optimizer, ema, transform, device, autocast_dtype, graphed
+    )
+
+
+def use_cuda_graph(train: TrainSection, device: torch.device, strategy: str) -> bool:
+    """train.cuda_graph for this run: 'auto' captures a classification step in one process on CUDA; 'on'
+    refuses what it cannot capture (another device, several processes, masked patch prediction)."""
+    if train.cuda_graph == "off":
+        return False
+    why_not = (
+        f"the run is on {device.type}, not CUDA"
+        if device.type != "cuda"
+        else f"the run has several processes ({strategy})"
+        if strategy != "none"
+        else "train.objective='mpp' draws its corruption with data-dependent shapes"
+        if train.objective != "classification"
+        else ""
+    )
+    if why_not and train.cuda_graph == "on":
+        raise ValueError(f"train.cuda_graph='on' cannot capture this run: {why_not}; use 'auto' or 'off'")
+    return not why_not
 
 
 def train_transform(config: RunConfig, model: Trainable, num_classes: int) -> TrainTransform:
@@ -526,33 +550,46 @@ def objective_loss(train: TrainSection) -> LossFunction:
     return lambda forward, x, y: classification_loss(forward(x), y, train.loss, train.label_smoothing)
 
 
-def accumulate_gradients(
+def mixed(
+    transform: TrainTransform, batch: Batch, epoch: int, micro: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's images and labels with MixUp / CutMix (if on) drawn per micro-batch of `micro` images."""
+    if transform.mix is None:
+        return batch.images, batch.labels
+    parts = [
+        transform.mix_batch(images, labels, indices, epoch)
+        for images, labels, indices in zip(
+            batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True
+        )
+    ]
+    return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+
+
+def forward_backward(
     forward: Forward,
     loss_function: LossFunction,
-    transform: TrainTransform,
-    batch: Batch,
-    epoch: int,
+    x: torch.Tensor,
+    y: torch.Tensor,
     micro: int,
     device: torch.device,
     autocast_dtype: torch.dtype | None,
-    split: StepSplit = NO_SPLIT,
+    split: StepSplit | None = None,
 ) -> torch.Tensor:
-    """Forward and backward this rank's share of a step (augmented, on the device) in micro-batches, mixing each
-    micro-batch (MixUp / CutMix) first; returns the mean loss (a tensor).
+    """Forward and backward this rank's share of a step in micro-batches of `micro` images; returns the mean
+    loss (a tensor).
 
     Each micro-batch loss is weighted by its share of the batch, so the summed gradients equal those of one
     full batch: the paper's batch sizes on small hardware.
     """
+    split = split or NO_SPLIT
+    capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     loss = torch.zeros((), device=device)
-    chunks = list(
-        zip(batch.images.split(micro), batch.labels.split(micro), batch.indices.split(micro), strict=True)
-    )
-    for i, (images, labels, indices) in enumerate(chunks):
-        x, y = transform.mix_batch(images, labels, indices, epoch)
-        split.lap("data")
+    chunks = list(zip(x.split(micro), y.split(micro), strict=True))
+    for i, (images, labels) in enumerate(chunks):
         with gradient_sync(forward, enabled=i == len(chunks) - 1):  # DDP/FSDP: reduce once per step
-            with autocast(device, autocast_dtype):
-                part = loss_function(forward, x, y) * (len(indices) / len(batch.indices))
+            # a CUDA graph records the casts of the weights, which autocast's cache would keep from the capture
+            with autocast(device, autocast_dtype, cache=not capturing):
+                part = loss_function(forward, images, labels) * (len(images) / len(x))
             part.backward()
         loss += part.detach()
         split.lap("forward_backward")

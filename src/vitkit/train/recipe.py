@@ -29,6 +29,7 @@ OBJECTIVES = ("classification", "mpp")
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
+CUDA_GRAPH = ("auto", "on", "off")  # vitkit.train.graph
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
 RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
 
@@ -113,6 +114,11 @@ class TrainSection:
     micro-batches of M and their gradients summed, which bounds activation memory without changing the step. A
     batch share of M or fewer images is one pass; 0 is no cap.
 
+    `cuda_graph` ('auto', 'on' or 'off') captures the update of a step (forward, backward, clipping, optimizer)
+    once as a CUDA graph and replays it every step (vitkit.train.graph): a small model's step on a GPU is bound by
+    launching its kernels, not by running them. 'auto' is on for a classification run in one process on CUDA,
+    and off otherwise; 'on' refuses a run it cannot capture.
+
     `eval_batch_size` is the images per evaluation pass; 0 (the default) is `batch_size`, so evaluation needs no
     more memory than training does, at any resolution (timm's default too).
 
@@ -150,6 +156,7 @@ class TrainSection:
     log_every: int = 20
     precision: str = "auto"
     compile: bool = False
+    cuda_graph: str = "auto"
     device: str = "auto"
     threads: int = 1
     processes: int = 1
@@ -192,6 +199,7 @@ class RunConfig:
         check_choice("train.loss", self.train.loss, LOSSES)
         check_choice("train.precision", self.train.precision, PRECISIONS)
         check_choice("train.strategy", self.train.strategy, STRATEGIES)
+        check_choice("train.cuda_graph", self.train.cuda_graph, CUDA_GRAPH)
         check_choice("data.on_corrupt", self.data.on_corrupt, ("stop", "skip"))
         check_choice("data.crop", self.data.crop, CROPS)
         self._validate_ranges()
