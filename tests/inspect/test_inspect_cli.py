@@ -90,6 +90,8 @@ def inspected(tmp_path_factory):
             str(out),
             "--rollout-images",
             "4",
+            "--precision",  # the API's, which test_cli_distance_equals_api compares with
+            "fp32",
         ]
     )
     return code, out, skips, model

@@ -137,12 +137,13 @@ def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
 
 @needs_cuda
 def test_cuda_inference_runs_in_bf16_and_records_the_gpu():
-    model = torch.nn.Linear(2, 3).cuda()
-    model.config = type("Config", (), {"in_chans": 1, "img_size": (2, 2)})()
+    model = create_model(
+        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32
+    ).cuda()
     chosen = inference_precision("auto", model, batch_size=8)
     assert chosen.name == "bf16" and chosen.record()["device"].startswith("cuda:")
     with chosen.autocast():
-        assert model(torch.randn(8, 2, device="cuda")).dtype == torch.bfloat16
+        assert model(torch.randn(8, 3, 16, 16, device="cuda")).dtype == torch.bfloat16
 
 
 def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):

@@ -7,9 +7,9 @@ to launch from Python than to run. Captured once (torch.cuda.graph), the whole u
 What the graph holds is fixed at capture: the input buffers (each step's images and labels are copied into
 them), the learning rate (a tensor on the GPU, filled each step), the parameters, gradients and optimizer state
 (updated in place). Capture needs warm-up updates first (cuBLAS workspaces, the optimizer's lazily made state);
-they run on the first batch and are then undone, parameters, buffers and optimizer state restored, so every step
-of a run is a replay of the same graph from the same state: a resumed run stays bitwise equal to an uninterrupted
-one. A batch of another size (images skipped as unreadable) is updated eagerly by the same code.
+they run on the first batch and are then undone (parameters, buffers, optimizer state and random number
+generators restored), so every step of a run is a replay of the same graph from the same state: a resumed run
+stays bitwise equal to an uninterrupted one. A batch of another size (images skipped as unreadable) is updated eagerly by the same code.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class GraphedUpdate:
             if "capturable" in group:
                 group["capturable"] = True
         saved = self._snapshot()
+        generators = torch.get_rng_state(), torch.cuda.get_rng_state(x.device)  # dropout in the warm-up draws
         self.optimizer.zero_grad(set_to_none=True)
         side = torch.cuda.Stream(x.device)
         side.wait_stream(torch.cuda.current_stream(x.device))
@@ -68,6 +69,8 @@ class GraphedUpdate:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.loss = self.update(self.x, self.y)
+        torch.set_rng_state(generators[0])
+        torch.cuda.set_rng_state(generators[1], x.device)
 
     def _snapshot(self) -> dict[int, torch.Tensor]:
         """Copies of every parameter, buffer and optimizer-state tensor, keyed by the tensor's id."""
