@@ -49,7 +49,7 @@ def test_auto_bf16_trains_float32_state_and_resumes_bitwise_with_its_choice(tmp_
     monkeypatch.setattr(precision, "cpu_flags", lambda: AMX_LIKE)
     measured = []
     fake_measurement(monkeypatch, fp32_s=2.0, bf16_s=1.0, dtypes=measured)
-    stateful = ["train.ema_decay=0.99", "model.dropout=0.1"]
+    stateful = ["train.ema_decay=0.99", "model.dropout=0.1", "train.precision=auto"]  # tiny pins fp32
     reference = train(tmp_path / "reference", tiny, *stateful)
     assert measured == [None, torch.bfloat16]  # the engine's forward and backward ran in both precisions
     assert reference["precision"] == "bf16" and "bf16 measured faster" in reference["precision_reason"]
