@@ -58,6 +58,12 @@ def parser(description: str, default_out: str) -> argparse.ArgumentParser:
     )
     p.add_argument("--processes", type=int, default=2, help="train.processes of every run (default 2)")
     p.add_argument(
+        "--precision",
+        choices=("auto", "bf16", "fp32"),
+        default="auto",
+        help="train.precision of every run (default auto, which each run decides for itself)",
+    )
+    p.add_argument(
         "--tiny",
         action="store_true",
         help="tiny models on whatever data is found: plumbing checks in seconds; the numbers mean nothing",

@@ -62,6 +62,7 @@ def run_args(family: Family, size: int, seed: int, steps: int, args: Any) -> lis
         f"train.fewshot_every={steps}",
         f"train.checkpoint_every={steps}",
         f"train.processes={args.processes}",
+        f"train.precision={args.precision}",
     ]
     if args.tiny:
         out += [*family.tiny, *TINY_RUN, "train.fewshot_num_test=200"]

@@ -57,6 +57,7 @@ def pretrain(out: Path, arm: str, args: Any) -> tuple[Path, dict[str, Any]]:
             "train.fewshot_every=0",
             f"train.checkpoint_every={steps}",
             f"train.processes={args.processes}",
+            f"train.precision={args.precision}",
             *tiny_args(args),
         ],
     )
@@ -107,7 +108,14 @@ def main(argv: list[str] | None = None) -> Path:
     steps = [f"train.steps={digits_steps}", f"optim.warmup_steps={max(1, digits_steps // 10)}"]
     finetuned: dict[str, list[dict[str, Any]]] = {arm: [] for arm in ARMS}
     for seed in range(args.seeds):
-        common = [*recipe, "--seed", str(seed), *steps, f"train.processes={args.processes}"]
+        common = [
+            *recipe,
+            "--seed",
+            str(seed),
+            *steps,
+            f"train.processes={args.processes}",
+            f"train.precision={args.precision}",
+        ]
         finetuned["scratch"].append(
             run_vitkit("train", out / f"scratch_s{seed}", [*common, *tiny_args(args)])
         )

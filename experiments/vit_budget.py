@@ -46,6 +46,7 @@ def common_args(model: Family, args: Any) -> list[str]:
         "--config",
         str(CONFIGS / model.recipe),
         f"train.processes={args.processes}",
+        f"train.precision={args.precision}",
         f"data.val_split={args.val_split}",
     ]
     return out + ([*model.tiny, *TINY_RUN] if args.tiny else [])

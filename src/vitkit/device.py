@@ -1,8 +1,13 @@
-"""Which device a run uses."""
+"""Which device a run uses, and what the CPU can do."""
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
+
 import torch
+
+CPUINFO = Path("/proc/cpuinfo")
 
 
 def resolve_device(name: str) -> torch.device:
@@ -10,3 +15,16 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU feature flags of /proc/cpuinfo (empty where there is none, e.g. macOS)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.partition(":")[2].split())
+    return frozenset()

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import statistics
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from vitkit.device import cpu_flags
 from vitkit.models import as_model
 from vitkit.models.config import to_pair
 
@@ -43,7 +42,6 @@ PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
 MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
-CPUINFO = Path("/proc/cpuinfo")
 
 Step = Callable[
     [torch.dtype | None], object
@@ -89,19 +87,6 @@ def autocast(
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU feature flags of /proc/cpuinfo (empty where there is none, e.g. macOS)."""
-    try:
-        text = CPUINFO.read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.partition(":")[2].split())
-    return frozenset()
 
 
 def native_bf16_units(flags: frozenset[str] | None = None) -> list[str]:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 import vitkit
+from vitkit.models import vit
 from vitkit.precision import Precision
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
@@ -16,10 +17,15 @@ BF16_LOGIT_TOLERANCE = 0.02  # of the largest |logit|; measured up to 1.04% (cas
 BF16 = Precision("bf16", "asked for", torch.device("cpu"))
 
 
+WITH_AMX, WITHOUT_AMX = frozenset({"avx512_bf16", "amx_bf16"}), frozenset({"avx512_bf16"})
+
+
+@pytest.mark.parametrize("flags", [WITH_AMX, WITHOUT_AMX], ids=["fused attention", "unfused attention"])
 @pytest.mark.parametrize(
     "case", ["A", "B", "C", pytest.param("D", marks=pytest.mark.slow)]
 )  # D: hybrid, ~5 s
-def test_official_logits_under_bf16_stay_within_the_tolerance(case):
+def test_official_logits_under_bf16_stay_within_the_tolerance(case, flags, monkeypatch):
+    monkeypatch.setattr(vit, "cpu_flags", lambda: flags)  # which attention kernel bf16 uses on a CPU
     with np.load(DATA / f"{case}_io.npz") as io:
         x = torch.from_numpy(io["inputs"]).permute(0, 3, 1, 2).contiguous()
         reference = torch.from_numpy(io["logits"])
@@ -61,3 +67,30 @@ def test_bf16_predictions_agree_with_fp32_on_a_confident_model():
             bf16 = model(x).argmax(-1)
     assert (fp32 == labels).float().mean() >= 0.95
     assert (bf16 == fp32).float().mean() >= 0.995
+
+
+def test_bf16_attention_on_a_cpu_is_fused_only_with_amx(monkeypatch):
+    """Without AMX tiles torch's fused CPU attention computes bf16 in float32, so vitkit multiplies in bf16 itself;
+    both ways agree with float32."""
+    torch.manual_seed(0)
+    model = vitkit.create_model(
+        "ViT-S/16", img_size=32, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128
+    ).eval()
+    x = torch.randn(4, 3, 32, 32)
+    calls = []
+    fused = vit.F.scaled_dot_product_attention
+    monkeypatch.setattr(
+        vit.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k)
+    )
+    with torch.no_grad():
+        reference = model(x)
+        logits = {}
+        for flags in (WITH_AMX, WITHOUT_AMX):
+            monkeypatch.setattr(vit, "cpu_flags", lambda flags=flags: flags)
+            calls.clear()
+            with BF16.autocast():
+                logits[flags] = model(x).float()
+            assert len(calls) == (2 if flags == WITH_AMX else 0)
+        assert len(calls) == 0 and model(x).dtype == torch.float32 and len(calls) == 2  # fp32: always fused
+    for value in logits.values():
+        assert (value - reference).abs().max() <= BF16_LOGIT_TOLERANCE * reference.abs().max()

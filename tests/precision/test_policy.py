@@ -6,7 +6,7 @@ import time
 import pytest
 import torch
 
-from vitkit import cli, precision
+from vitkit import cli, device, precision
 from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
@@ -124,15 +124,15 @@ def test_record_names_precision_reason_and_device():
 def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 avx512_bf16\nbugs\t\t: none\n")
-    monkeypatch.setattr(precision, "CPUINFO", cpuinfo)
-    precision.cpu_flags.cache_clear()
+    monkeypatch.setattr(device, "CPUINFO", cpuinfo)
+    device.cpu_flags.cache_clear()
     try:
         assert precision.native_bf16_units() == ["amx_bf16", "avx512_bf16"]
-        monkeypatch.setattr(precision, "CPUINFO", tmp_path / "missing")
-        precision.cpu_flags.cache_clear()
+        monkeypatch.setattr(device, "CPUINFO", tmp_path / "missing")
+        device.cpu_flags.cache_clear()
         assert precision.native_bf16_units() == []
     finally:
-        precision.cpu_flags.cache_clear()
+        device.cpu_flags.cache_clear()
 
 
 @needs_cuda
