@@ -81,8 +81,8 @@ class Attention(nn.Module):
 
 def fused_attention_pays(q: torch.Tensor) -> bool:
     """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU without AMX tiles,
-    where its kernel computes in float32: there two batched bf16 products and a softmax run ~2.4x faster at 197
-    tokens, as timm's and torchvision's unfused attention do (docs/PRECISION.md)."""
+    where its kernel takes as long as in float32: there two batched bf16 products and a softmax run 1.3x faster
+    at 197 tokens (benchmarks/cpu_attention_kernels.py), as timm's and torchvision's unfused attention do."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return True
     return "amx_bf16" in cpu_flags()

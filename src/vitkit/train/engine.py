@@ -444,7 +444,7 @@ def run_precision(
     shape = (micro, *model.config.input_size)
     inputs: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 
-    def forward_backward(dtype: torch.dtype | None) -> None:
+    def measured_pass(dtype: torch.dtype | None) -> None:
         # Pixels do not change the time: a ramp in [-1, 1] instead of the first batch, so measuring reads no
         # data (an unreadable image is met, and skipped or reported, by the step that reads it).
         if not inputs:
@@ -457,7 +457,7 @@ def run_precision(
 
     key = ("train", model_signature(model), shape, t.objective, str(device))
     what = f"a forward and backward pass at batch {micro}"
-    chosen = choose_precision(t.precision, device, measure=forward_backward, key=key, what=what)
+    chosen = choose_precision(t.precision, device, measure=measured_pass, key=key, what=what)
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 
