@@ -141,6 +141,18 @@ def evaluations(run_dir: Path, key: str) -> list[tuple[float, float]]:
     return [(r["wall_seconds"] / 60, 100 * r[key]) for r in records if key in r and "wall_seconds" in r]
 
 
+def write_reports(out: Path, path: Path) -> None:
+    """One JSON file of every run directory's report.json under `out` and every other JSON file in `out`."""
+    bundle = {
+        "runs": {
+            report.parent.name: json.loads(report.read_text())
+            for report in sorted(out.glob(f"*/{REPORT_NAME}"))
+        },
+        "files": {f.name: json.loads(f.read_text()) for f in sorted(out.glob("*.json")) if f != path},
+    }
+    path.write_text(json.dumps(bundle, indent=1) + "\n")
+
+
 def write_results(
     out: Path,
     name: str,
@@ -149,8 +161,11 @@ def write_results(
     figure: plt.Figure,
     notes: str = "",
 ) -> Path:
-    """Write out/<name>.md (title, machine, table, notes) and out/<name>.png; print the Markdown."""
+    """Write out/<name>.md (title, machine, table, notes), out/<name>.png and out/<name>_reports.json (every
+    run's report.json and the experiment's own JSON results: what backs each number, small enough to keep with
+    the docs); print the Markdown."""
     out.mkdir(parents=True, exist_ok=True)
+    write_reports(out, out / f"{name}_reports.json")
     png = out / f"{name}.png"
     figure.tight_layout()
     figure.savefig(png, dpi=110)

@@ -37,6 +37,9 @@ def check_outputs(md: Path) -> str:
     text = md.read_text()
     assert md.with_suffix(".png").read_bytes()[:4] == PNG_MAGIC
     assert "CPU " in text and "torch " in text  # the machine every number ran on
+    bundle = json.loads(md.with_name(f"{md.stem}_reports.json").read_text())
+    runs = {r.parent.name: json.loads(r.read_text()) for r in md.parent.glob("*/report.json")}
+    assert runs and bundle["runs"] == runs  # every run's report, kept with the table it backs
     return text
 
 
