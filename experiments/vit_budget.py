@@ -1,8 +1,8 @@
 """A ViT that wins on its budget: the ViT recipe configs/fashion_mnist_vit_budget.toml (aimed at >= 93%
 Fashion-MNIST test top-1 within 30 minutes) and the BiT ResNet of configs/fashion_mnist_resnet.toml given the
-same wall-clock budget side by side. Each recipe's steps are sized to the budget from two short probe runs of
-its own speed (so each uses the budget fully, its schedule decaying to zero at its end); both are evaluated ten
-times on the way, and the table and the figure give accuracy against wall time for both.
+same wall-clock budget side by side. Each recipe's steps are sized to the budget from two short probe runs
+of its own speed (so each uses the budget fully, its schedule decaying to zero at its end); both are evaluated
+ten times on the way, and the table and the figure give accuracy against wall time for both.
 
     python -m experiments.vit_budget --out runs/exp_vit_budget      # 2 x 30 min + 4 probes (~5 min)
     python -m experiments.vit_budget --val-split 5000               # choosing a recipe: never on the test set
