@@ -157,3 +157,37 @@ def test_bench_command_runs_end_to_end(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "| ViT-S/16 | 2 | vitkit |" in out and "| ViT-S/16 | 2 | timm |" in out and "GEMM 2048^3" in out
+
+
+def test_inference_bench_times_vitkits_bf16_path_beside_autocast_alone(monkeypatch):
+    """In bf16 the vitkit row is its inference path (the matrix products' weights held in bf16), the
+    vitkit-autocast row the same model under autocast as the peers run; fp32 keeps float32 weights."""
+    from vitkit.bench import inference
+    from vitkit.models.vit import VisionTransformer
+
+    weight_dtypes: dict[str, torch.dtype] = {}
+    forward_call = inference.forward_call
+
+    def spy(model, x, dtype=None):
+        call = forward_call(model, x, dtype)
+
+        def run():
+            if isinstance(model, VisionTransformer):  # vitkit's model: which weights its products read
+                weight_dtypes[f"{'bf16' if dtype else 'fp32'} {id(model)}"] = model.blocks[
+                    0
+                ].mlp.fc1.weight.dtype
+            return call()
+
+        return run
+
+    monkeypatch.setattr(inference, "forward_call", spy)
+    rows = inference.inference_vs_peers("ViT-Mini/4", 2, peers=["timm"], rounds=1, precision="both")
+    names = [(row["implementation"], row["precision"]) for row in rows if "images/s" in row]
+    assert names == [
+        ("vitkit", "fp32"),
+        ("timm", "fp32"),
+        ("vitkit", "bf16"),
+        ("timm", "bf16"),
+        ("vitkit-autocast", "bf16"),
+    ]
+    assert sorted(weight_dtypes.values(), key=str) == [torch.bfloat16, torch.float32, torch.float32]

@@ -69,9 +69,10 @@ def test_bf16_predictions_agree_with_fp32_on_a_confident_model():
     assert (bf16 == fp32).float().mean() >= 0.995
 
 
-def test_bf16_attention_on_a_cpu_is_fused_only_with_amx(monkeypatch):
-    """Without AMX tiles torch's fused CPU attention gains nothing from bf16, so vitkit multiplies in bf16 itself;
-    both ways agree with float32."""
+def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(monkeypatch):
+    """Without AMX tiles torch's fused CPU attention gains nothing from bf16, and its backward is slower than that
+    of two bf16 products and a softmax even with them, so vitkit multiplies in bf16 itself there; every way
+    agrees with float32."""
     torch.manual_seed(0)
     model = vitkit.create_model(
         "ViT-S/16", img_size=32, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128
@@ -84,15 +85,53 @@ def test_bf16_attention_on_a_cpu_is_fused_only_with_amx(monkeypatch):
     )
     with torch.no_grad():
         reference = model(x)
-        logits = {}
-        for flags in (WITH_AMX, WITHOUT_AMX):
-            monkeypatch.setattr(vit, "cpu_flags", lambda flags=flags: flags)
-            calls.clear()
-            with BF16.autocast():
-                logits[flags] = model(x).float()
-            assert len(calls) == (2 if flags == WITH_AMX else 0)
+    logits = {}
+    for flags, grad, fused_calls in ((WITH_AMX, False, 2), (WITHOUT_AMX, False, 0), (WITH_AMX, True, 0)):
+        monkeypatch.setattr(vit, "cpu_flags", lambda flags=flags: flags)
         calls.clear()
-        model(x)
-        assert len(calls) == 2  # fp32: always fused
+        with torch.set_grad_enabled(grad), BF16.autocast():
+            logits[flags, grad] = model(x).float().detach()
+        assert len(calls) == fused_calls, (flags, grad)
+    calls.clear()
+    model(x)
+    assert len(calls) == 2  # fp32, with gradients too: always fused
     for value in logits.values():
         assert (value - reference).abs().max() <= BF16_LOGIT_TOLERANCE * reference.abs().max()
+
+
+def test_bf16_inference_weights_give_the_autocast_logits_and_are_put_back():
+    """`Precision.inference` casts the Linear and Conv2d weights once: bitwise the logits of plain autocast; the
+    float32 parameters (the same objects) are back afterwards, also after an error; a hybrid's weight-
+    standardised convolutions and the norms are left in float32."""
+    torch.manual_seed(0)
+    small = dict(hidden_size=64, depth=2, num_heads=2, mlp_dim=128, num_classes=10)
+    model = vitkit.create_model(
+        "R50+ViT-B/16", img_size=64, resnet_layers=(1,), resnet_width=1, **small
+    ).eval()
+    torch.nn.init.normal_(model.head.weight)
+    x = torch.randn(2, 3, 64, 64)
+    before = dict(model.named_parameters())
+    with torch.no_grad():
+        with BF16.autocast():
+            reference = model(x)
+        with BF16.inference(model):
+            cast = dict(model.named_parameters())
+            logits = model(x)
+    assert torch.equal(logits, reference)
+    assert cast["blocks.0.mlp.fc1.weight"].dtype == torch.bfloat16
+    assert (
+        cast["patch_embed.proj.bias"].dtype == torch.bfloat16 and cast["head.weight"].dtype == torch.bfloat16
+    )
+    assert cast["backbone.conv_root.weight"].dtype == torch.float32  # StdConv2d: standardised in float32
+    assert (
+        cast["blocks.0.norm1.weight"].dtype == torch.float32
+        and cast["pos_embed.weight"].dtype == torch.float32
+    )
+    with pytest.raises(RuntimeError, match="inside"), BF16.inference(model):
+        raise RuntimeError("inside")
+    after = dict(model.named_parameters())
+    assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
+    assert all(p.dtype == torch.float32 and p.requires_grad for p in after.values())
+    fp32 = Precision("fp32", "asked for", torch.device("cpu"))
+    with fp32.inference(model):
+        assert all(p is before[k] for k, p in model.named_parameters())

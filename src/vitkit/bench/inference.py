@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from vitkit.bench.options import (
 )
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
+from vitkit.precision import matmul_weights_in
 
 NAME = "inference"
 HELP = "images/s, GFLOP/s and MFU of vitkit and its peers (timm, transformers, torchvision), same weights"
@@ -87,7 +89,10 @@ def inference_vs_peers(
     alternation with a 2048^3 GEMM (the ceiling) in the same rounds.
 
     `precision` 'bf16' runs everyone under the same bf16 autocast, with vitkit in fp32 and the bf16 GEMM ceiling
-    in the same rounds; 'both' times every implementation in both. A last row says what `auto` picks here, and why.
+    in the same rounds; 'both' times every implementation in both. vitkit in bf16 is its inference path
+    (`Precision.inference`: the matrix products' weights cast to bf16 once, not at every call); the row
+    'vitkit-autocast' is the same model under autocast alone, as the peers run. A last row says what `auto` picks
+    here, and why.
     """
     model = bench_model(model_name, img_size).to(device)
     x = torch.randn(batch_size, *model.config.input_size, device=device)
@@ -99,23 +104,31 @@ def inference_vs_peers(
         if log:
             log(f"{peer}: same weights, max |logits diff| {diff:.2e}")
     dtypes = bench_dtypes(precision)
+    if "bf16" in dtypes:
+        modules["vitkit-autocast"] = model
     compiled = {name: torch.compile(m) if compile else m for name, m in modules.items()}
-    candidates = {
-        f"{name} {p}": forward_call(m, x, dtypes[p]) for p in dtypes for name, m in compiled.items()
-    }
-    candidates.setdefault("vitkit fp32", forward_call(compiled["vitkit"], x))  # the reference of every ratio
-    for p, dtype in dtypes.items():
-        candidates[f"gemm {p}"], gemm_flops = gemm_candidate(
-            gemm_size, dtype=dtype or torch.float32, device=device
+    own_bf16 = copy.deepcopy(model) if "bf16" in dtypes else model  # vitkit's bf16 inference path
+    with matmul_weights_in(own_bf16, dtypes.get("bf16")):
+        own = torch.compile(own_bf16) if compile else own_bf16
+        candidates = {"vitkit fp32": forward_call(compiled["vitkit"], x)}  # the reference of every ratio
+        for p, dtype in dtypes.items():
+            for name, m in compiled.items():
+                if name == "vitkit-autocast" and dtype is None:
+                    continue
+                vitkit_bf16 = name == "vitkit" and dtype is not None
+                candidates[f"{name} {p}"] = forward_call(own if vitkit_bf16 else m, x, dtype)
+        for p, dtype in dtypes.items():
+            candidates[f"gemm {p}"], gemm_flops = gemm_candidate(
+                gemm_size, dtype=dtype or torch.float32, device=device
+            )
+        results = alternate(
+            candidates,
+            rounds=rounds,
+            warmup=warmup + (2 if compile else 0),
+            iters=iters,
+            on_round=round_logger(log, rounds),
+            clock=clock,
         )
-    results = alternate(
-        candidates,
-        rounds=rounds,
-        warmup=warmup + (2 if compile else 0),
-        iters=iters,
-        on_round=round_logger(log, rounds),
-        clock=clock,
-    )
     rows: list[dict[str, Any]] = []
     for name in candidates:
         if name.startswith("gemm"):

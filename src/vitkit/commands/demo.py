@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     x = torch.randn(args.batch_size, *config.input_size)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")
-    with torch.no_grad(), precision.autocast():
+    with torch.no_grad(), precision.inference(model):
         start = time.perf_counter()
         logits = model(x)
         seconds = time.perf_counter() - start

@@ -9,7 +9,7 @@ from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
-from vitkit.precision import add_precision_argument, inference_precision
+from vitkit.precision import add_precision_argument, inference_precision, matmul_weights_in
 from vitkit.train.report import plot_confusion
 
 HELP = "evaluate weights on a dataset split: top-1, top-5, loss and a confusion-matrix PNG"
@@ -44,9 +44,10 @@ def run(args: argparse.Namespace) -> int:
     model = load_weights(args.weights).to(device)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")
-    result = evaluate(
-        model, dataset, batch_size=args.batch_size, device=device, autocast_dtype=precision.autocast_dtype
-    )
+    with matmul_weights_in(model, precision.autocast_dtype):
+        result = evaluate(
+            model, dataset, batch_size=args.batch_size, device=device, autocast_dtype=precision.autocast_dtype
+        )
     path = plot_confusion(
         result.confusion, dataset.classes, args.confusion, f"{args.weights} on {dataset.source}"
     )

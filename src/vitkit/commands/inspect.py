@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
 
     precision = inference_precision(args.precision, model, args.batch_size or 16)
     print(f"device {precision.device}, precision {precision}")
-    with precision.autocast():
+    with precision.autocast():  # not precision.inference: inspect reads the patch-embedding weights
         result = inspect_model(
             model,
             images,

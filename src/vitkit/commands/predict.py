@@ -60,24 +60,24 @@ def run(args: argparse.Namespace) -> int:
     for item in skipped:
         print(f"vitkit predict: skipping {item['path']}: {item['reason']}", file=sys.stderr)
     classified = 0
-    for path in files:
-        try:
-            pixels = decode_image(path, max_pixels=args.max_pixels)
-        except ImageDecodeError as error:
-            print(f"vitkit predict: skipping {error}", file=sys.stderr)
-            continue
-        with torch.no_grad(), precision.autocast():
+    with torch.no_grad(), precision.inference(model):  # weights cast once for every image
+        for path in files:
+            try:
+                pixels = decode_image(path, max_pixels=args.max_pixels)
+            except ImageDecodeError as error:
+                print(f"vitkit predict: skipping {error}", file=sys.stderr)
+                continue
             x = eval_transform(pixels[None].to(precision.device), config.img_size, config.in_chans)
             probs = model(x).float().softmax(-1)[0]
-        top = probs.topk(k)
-        print(path)
-        print(f"  {'rank':>4}  {'prob':>7}  class")
-        for rank, (p, index) in enumerate(
-            zip(top.values.tolist(), top.indices.tolist(), strict=True), start=1
-        ):
-            name = labels[index] if args.labels else str(index)
-            print(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if args.labels else ""))
-        classified += 1
+            top = probs.topk(k)
+            print(path)
+            print(f"  {'rank':>4}  {'prob':>7}  class")
+            for rank, (p, index) in enumerate(
+                zip(top.values.tolist(), top.indices.tolist(), strict=True), start=1
+            ):
+                name = labels[index] if args.labels else str(index)
+                print(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if args.labels else ""))
+            classified += 1
     if not classified:
         raise ValueError("no readable image among " + " ".join(args.images))
     return 0

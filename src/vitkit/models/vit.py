@@ -80,12 +80,13 @@ class Attention(nn.Module):
 
 
 def fused_attention_pays(q: torch.Tensor) -> bool:
-    """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU without AMX tiles,
-    where its kernel takes as long as in float32: there two batched bf16 products and a softmax run 1.3x faster
-    at 197 tokens (benchmarks/cpu_attention_kernels.py), as timm's and torchvision's unfused attention do."""
+    """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its kernel
+    pays only forward, without gradients, and with AMX tiles: without AMX it takes as long as in float32, and its
+    backward takes 1.6-6x as long as the backward of two batched bf16 products and a softmax, as timm's and
+    torchvision's unfused attention compute (benchmarks/cpu_attention_kernels.py)."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return True
-    return "amx_bf16" in cpu_flags()
+    return "amx_bf16" in cpu_flags() and not q.requires_grad
 
 
 class Mlp(nn.Module):
