@@ -68,13 +68,12 @@ class Precision:
         """The context to run forward passes in: bf16 autocast on this device, or nothing."""
         return autocast(self.device, self.autocast_dtype)
 
-    def inference(self, model: nn.Module) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def inference(self, model: nn.Module) -> Iterator[nn.Module]:
         """The context for inference of `model` in this precision: autocast, with the matrix products' weights
         held in bf16 for the block (`matmul_weights_in`)."""
-        stack = contextlib.ExitStack()
-        stack.enter_context(self.autocast())
-        stack.enter_context(matmul_weights_in(model, self.autocast_dtype))
-        return stack
+        with self.autocast(), matmul_weights_in(model, self.autocast_dtype):
+            yield model
 
     def record(self) -> dict[str, str]:
         """The report.json fields."""
