@@ -81,9 +81,9 @@ class Attention(nn.Module):
 
 def fused_attention_pays(q: torch.Tensor) -> bool:
     """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its kernel
-    pays only forward, without gradients, and with AMX tiles: without AMX it takes as long as in float32, and its
-    backward takes 1.6-6x as long as the backward of two batched bf16 products and a softmax, as timm's and
-    torchvision's unfused attention compute (benchmarks/cpu_attention_kernels.py)."""
+    pays only without gradients and with AMX tiles: without AMX it takes as long as in float32, and forward and
+    backward it takes 2-5x as long as two batched bf16 products and a softmax, as timm's and torchvision's unfused
+    attention compute (benchmarks/cpu_attention_kernels.py)."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return True
     return "amx_bf16" in cpu_flags() and not q.requires_grad
