@@ -107,16 +107,17 @@ def inference_vs_peers(
     if "bf16" in dtypes:
         modules["vitkit-autocast"] = model
     compiled = {name: torch.compile(m) if compile else m for name, m in modules.items()}
-    own_bf16 = copy.deepcopy(model) if "bf16" in dtypes else model  # vitkit's bf16 inference path
-    with matmul_weights_in(own_bf16, dtypes.get("bf16")):
-        own = torch.compile(own_bf16) if compile else own_bf16
+    bf16_copy = copy.deepcopy(model) if "bf16" in dtypes else model  # vitkit's bf16 inference path
+    with matmul_weights_in(bf16_copy, dtypes.get("bf16")):
+        vitkit_bf16 = torch.compile(bf16_copy) if compile else bf16_copy
         candidates = {"vitkit fp32": forward_call(compiled["vitkit"], x)}  # the reference of every ratio
         for p, dtype in dtypes.items():
             for name, m in compiled.items():
-                if name == "vitkit-autocast" and dtype is None:
+                if dtype is None and name == "vitkit-autocast":
                     continue
-                vitkit_bf16 = name == "vitkit" and dtype is not None
-                candidates[f"{name} {p}"] = forward_call(own if vitkit_bf16 else m, x, dtype)
+                if dtype is not None and name == "vitkit":
+                    m = vitkit_bf16
+                candidates[f"{name} {p}"] = forward_call(m, x, dtype)
         for p, dtype in dtypes.items():
             candidates[f"gemm {p}"], gemm_flops = gemm_candidate(
                 gemm_size, dtype=dtype or torch.float32, device=device
