@@ -160,7 +160,7 @@ def test_bench_command_runs_end_to_end(capsys):
 
 
 def test_inference_bench_times_vitkits_bf16_path_beside_autocast_alone(monkeypatch):
-    """In bf16 the vitkit row is its inference path (the matrix products' weights held in bf16), the
+    """In bf16 the vitkit row is its inference path (the weights held in bf16), the
     vitkit-autocast row the same model under autocast as the peers run; fp32 keeps float32 weights."""
     from vitkit.bench import inference
     from vitkit.models.vit import VisionTransformer

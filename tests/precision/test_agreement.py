@@ -1,5 +1,6 @@
-"""bf16 autocast against float32: the official checkpoints' logits within the documented tolerance, and
-predictions of a trained-like model that agree (docs/PRECISION.md)."""
+"""bf16 against float32, under autocast alone (training, inspection) and in the inference path (weights held
+in bf16): the official checkpoints' logits within the documented tolerance, and predictions of a trained-like
+model that agree (docs/PRECISION.md)."""
 
 from pathlib import Path
 
@@ -13,24 +14,25 @@ from vitkit.models import vit
 from vitkit.precision import Precision
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
-BF16_LOGIT_TOLERANCE = 0.02  # of the largest |logit|; measured up to 1.04% (case D, the hybrid) on this CPU
+BF16_LOGIT_TOLERANCE = 0.02  # of the largest |logit|; measured up to 1.54% (case B, the inference path)
 BF16 = Precision("bf16", "asked for", torch.device("cpu"))
 
 
 WITH_AMX, WITHOUT_AMX = frozenset({"avx512_bf16", "amx_bf16"}), frozenset({"avx512_bf16"})
 
 
+@pytest.mark.parametrize("path", ["autocast", "inference"])
 @pytest.mark.parametrize("flags", [WITH_AMX, WITHOUT_AMX], ids=["fused attention", "unfused attention"])
 @pytest.mark.parametrize(
     "case", ["A", "B", "C", pytest.param("D", marks=pytest.mark.slow)]
 )  # D: hybrid, ~5 s
-def test_official_logits_under_bf16_stay_within_the_tolerance(case, flags, monkeypatch):
+def test_official_logits_under_bf16_stay_within_the_tolerance(case, flags, path, monkeypatch):
     monkeypatch.setattr(vit, "cpu_flags", lambda: flags)  # which attention kernel bf16 uses on a CPU
     with np.load(DATA / f"{case}_io.npz") as io:
         x = torch.from_numpy(io["inputs"]).permute(0, 3, 1, 2).contiguous()
         reference = torch.from_numpy(io["logits"])
     model = vitkit.load_weights(DATA / f"{case}_params.npz").eval()
-    with torch.no_grad(), BF16.autocast():
+    with torch.no_grad(), BF16.autocast() if path == "autocast" else BF16.inference(model):
         logits = model(x)
     assert logits.dtype == torch.bfloat16  # it did run in bf16
     error = (logits.float() - reference).abs().max().item()
@@ -64,9 +66,12 @@ def test_bf16_predictions_agree_with_fp32_on_a_confident_model():
         model.head.bias.copy_(head[-1])
         fp32 = model(x).argmax(-1)
         with BF16.autocast():
-            bf16 = model(x).argmax(-1)
+            autocast = model(x).argmax(-1)
+        with BF16.inference(model):
+            inference = model(x).argmax(-1)
     assert (fp32 == labels).float().mean() >= 0.95
-    assert (bf16 == fp32).float().mean() >= 0.995
+    assert (autocast == fp32).float().mean() >= 0.995
+    assert (inference == fp32).float().mean() >= 0.995
 
 
 def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(monkeypatch):
@@ -99,10 +104,10 @@ def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(mo
         assert (value - reference).abs().max() <= BF16_LOGIT_TOLERANCE * reference.abs().max()
 
 
-def test_bf16_inference_weights_give_the_autocast_logits_and_are_put_back():
-    """`Precision.inference` casts the Linear and Conv2d weights once: bitwise the logits of plain autocast; the
-    float32 parameters (the same objects) are back afterwards, also after an error; a hybrid's weight-
-    standardised convolutions and the norms are left in float32."""
+def test_bf16_inference_holds_the_weights_in_bf16_and_puts_the_float32_ones_back():
+    """`Precision.inference` casts the parameters and buffers once, so the whole forward pass runs in bf16 (the
+    residual stream too), within the tolerance of float32; the float32 parameters (the same objects) are back
+    afterwards, also after an error; a hybrid's weight-standardised convolutions are left in float32."""
     torch.manual_seed(0)
     small = dict(hidden_size=64, depth=2, num_heads=2, mlp_dim=128, num_classes=10)
     model = vitkit.create_model(
@@ -111,22 +116,24 @@ def test_bf16_inference_weights_give_the_autocast_logits_and_are_put_back():
     torch.nn.init.normal_(model.head.weight)
     x = torch.randn(2, 3, 64, 64)
     before = dict(model.named_parameters())
+    residual = []
+    model.blocks[0].register_forward_hook(lambda module, args, out: residual.append(out[0].dtype))
     with torch.no_grad():
+        reference = model(x)
         with BF16.autocast():
-            reference = model(x)
+            model(x)
         with BF16.inference(model):
             cast = dict(model.named_parameters())
             logits = model(x)
-    assert torch.equal(logits, reference)
-    assert cast["blocks.0.mlp.fc1.weight"].dtype == torch.bfloat16
+    assert residual == [torch.float32, torch.float32, torch.bfloat16]  # fp32, autocast, inference
+    assert logits.dtype == torch.bfloat16
+    assert (logits.float() - reference).abs().max() <= BF16_LOGIT_TOLERANCE * reference.abs().max()
+    for name in ("blocks.0.mlp.fc1.weight", "head.weight", "blocks.0.norm1.weight", "pos_embed.weight"):
+        assert cast[name].dtype == torch.bfloat16, name
     assert (
-        cast["patch_embed.proj.bias"].dtype == torch.bfloat16 and cast["head.weight"].dtype == torch.bfloat16
+        cast["cls_token"].dtype == torch.bfloat16 and cast["backbone.gn_root.weight"].dtype == torch.bfloat16
     )
     assert cast["backbone.conv_root.weight"].dtype == torch.float32  # StdConv2d: standardised in float32
-    assert (
-        cast["blocks.0.norm1.weight"].dtype == torch.float32
-        and cast["pos_embed.weight"].dtype == torch.float32
-    )
     with pytest.raises(RuntimeError, match="inside"), BF16.inference(model):
         raise RuntimeError("inside")
     after = dict(model.named_parameters())

@@ -72,6 +72,28 @@ def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tm
     assert (tmp_path / "cm.png").stat().st_size > 1000
 
 
+@pytest.mark.slow  # compiles the model, for each of the two batch sizes (~30 s)
+def test_eval_compiled_for_inference_gives_the_eager_accuracy(trained, tmp_path, capsys):
+    """`--compile`: the model compiled with frozen weights (inductor's freezing on while it compiles, off again
+    after); the loss of eager evaluation, the test set's last batch smaller than the others."""
+    import torch._inductor.config as inductor_config
+
+    out, _ = trained
+    freezing = []
+    compile = torch.compile
+    argv = ["eval", "--weights", str(out), "--confusion", str(tmp_path / "cm.png"), "--precision", "fp32"]
+    argv += ["--batch-size", "96"]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch, "compile", lambda m: freezing.append(inductor_config.freezing) or compile(m))
+        assert cli.main([*argv, "--compile"]) == 0
+    compiled = capsys.readouterr().out
+    assert freezing == [True] and not inductor_config.freezing
+    assert cli.main(argv) == 0
+    eager = capsys.readouterr().out
+    loss = [float(text.rpartition("loss ")[2].split()[0]) for text in (compiled, eager)]
+    assert loss[0] == pytest.approx(loss[1], rel=1e-4)  # float32 compiled: the same logits to rounding
+
+
 @pytest.mark.slow
 def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_head(trained, tmp_path, tiny):
     out, _ = trained

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from vitkit.allocator import keep_freed_memory
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.options import (
     add_bench_device,
@@ -21,7 +23,7 @@ from vitkit.bench.options import (
 )
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
-from vitkit.precision import matmul_weights_in
+from vitkit.precision import compiled_for_inference, weights_in
 
 NAME = "inference"
 HELP = "images/s, GFLOP/s and MFU of vitkit and its peers (timm, transformers, torchvision), same weights"
@@ -47,7 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
     parser.add_argument("--peers", type=comma_names, default=list(PEERS), help="comma-separated peers")
     parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each candidate first")
-    parser.add_argument("--compile", action="store_true", help="torch.compile every candidate")
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile every candidate for inference (weights frozen)"
+    )
     add_bench_precision(parser)
     add_bench_device(parser)
     add_clock(parser)
@@ -90,9 +94,10 @@ def inference_vs_peers(
 
     `precision` 'bf16' runs everyone under the same bf16 autocast, with vitkit in fp32 and the bf16 GEMM ceiling
     in the same rounds; 'both' times every implementation in both. vitkit in bf16 is its inference path
-    (`Precision.inference`: the matrix products' weights cast to bf16 once, not at every call); the row
-    'vitkit-autocast' is the same model under autocast alone, as the peers run. A last row says what `auto` picks
-    here, and why.
+    (`Precision.inference`: the weights held in bf16, so the whole forward pass runs in bf16); the row
+    'vitkit-autocast' is the same model under autocast alone, as the peers run. `compile` compiles every
+    candidate for inference (`compiled_for_inference`: inductor with frozen weights). On a CPU the process keeps
+    freed memory (`keep_freed_memory`), for every candidate alike. A last row says what `auto` picks here, and why.
     """
     model = bench_model(model_name, img_size).to(device)
     x = torch.randn(batch_size, *model.config.input_size, device=device)
@@ -106,10 +111,15 @@ def inference_vs_peers(
     dtypes = bench_dtypes(precision)
     if "bf16" in dtypes:
         modules["vitkit-autocast"] = model
-    compiled = {name: torch.compile(m) if compile else m for name, m in modules.items()}
+    if torch.device(device).type == "cpu":
+        keep_freed_memory()  # no candidate, nor the ceiling's GEMM, faults its memory in again at every call
     bf16_copy = copy.deepcopy(model) if "bf16" in dtypes else model  # vitkit's bf16 inference path
-    with matmul_weights_in(bf16_copy, dtypes.get("bf16")):
-        vitkit_bf16 = torch.compile(bf16_copy) if compile else bf16_copy
+    with contextlib.ExitStack() as stack:
+        compiled = {
+            name: stack.enter_context(compiled_for_inference(m, compile)) for name, m in modules.items()
+        }
+        stack.enter_context(weights_in(bf16_copy, dtypes.get("bf16")))
+        vitkit_bf16 = stack.enter_context(compiled_for_inference(bf16_copy, compile))
         candidates = {"vitkit fp32": forward_call(compiled["vitkit"], x)}  # the reference of every ratio
         for p, dtype in dtypes.items():
             for name, m in compiled.items():

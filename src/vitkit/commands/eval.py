@@ -9,7 +9,13 @@ from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
-from vitkit.precision import add_precision_argument, inference_precision, matmul_weights_in
+from vitkit.precision import (
+    add_compile_argument,
+    add_precision_argument,
+    compiled_for_inference,
+    inference_precision,
+    weights_in,
+)
 from vitkit.train.report import plot_confusion
 
 HELP = "evaluate weights on a dataset split: top-1, top-5, loss and a confusion-matrix PNG"
@@ -31,6 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=positive_int, default=500)
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
     add_precision_argument(parser)
+    add_compile_argument(parser)
     parser.add_argument(
         "--confusion", default="confusion_matrix.png", help="where to write the confusion matrix PNG"
     )
@@ -44,9 +51,16 @@ def run(args: argparse.Namespace) -> int:
     model = load_weights(args.weights).to(device)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")
-    with matmul_weights_in(model, precision.autocast_dtype):
+    with (
+        weights_in(model, precision.autocast_dtype),
+        compiled_for_inference(model, args.compile) as forward,
+    ):
         result = evaluate(
-            model, dataset, batch_size=args.batch_size, device=device, autocast_dtype=precision.autocast_dtype
+            forward,
+            dataset,
+            batch_size=args.batch_size,
+            device=device,
+            autocast_dtype=precision.autocast_dtype,
         )
     path = plot_confusion(
         result.confusion, dataset.classes, args.confusion, f"{args.weights} on {dataset.source}"

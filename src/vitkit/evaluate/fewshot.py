@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from vitkit.data import eval_transform, gather_images
-from vitkit.models import as_model
+from vitkit.models import as_model, unwrap_model
 
 BIAS_CONSTANT = 100.0
 STD_EPS = 1e-5
@@ -258,19 +258,6 @@ def fewshot_eval(
 # --------------------------------------------------------------------------------------------------------
 # Features from a model
 # --------------------------------------------------------------------------------------------------------
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The bare vitkit model inside DistributedDataParallel / torch.compile wrappers."""
-    seen = set()
-    while id(model) not in seen:
-        seen.add(id(model))
-        for attr in ("module", "_orig_mod"):
-            inner = getattr(model, attr, None)
-            if isinstance(inner, nn.Module):
-                model = inner
-                break
-    return model
 
 
 def extract_features(

@@ -1,7 +1,14 @@
 """Models: the Vision Transformer (plain and hybrid), its position embeddings, ResNet backbones and baselines."""
 
 from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict
-from vitkit.models.registry import as_model, build_model, create_model, list_models, model_config
+from vitkit.models.registry import (
+    as_model,
+    build_model,
+    create_model,
+    list_models,
+    model_config,
+    unwrap_model,
+)
 
 __all__ = [
     "ResNetConfig",
@@ -12,4 +19,5 @@ __all__ = [
     "create_model",
     "list_models",
     "model_config",
+    "unwrap_model",
 ]

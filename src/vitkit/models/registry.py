@@ -117,6 +117,19 @@ def as_model(module: nn.Module) -> Model:
     return module
 
 
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The bare vitkit model inside DistributedDataParallel / torch.compile wrappers."""
+    seen = set()
+    while id(model) not in seen:
+        seen.add(id(model))
+        for attr in ("module", "_orig_mod"):
+            inner = getattr(model, attr, None)
+            if isinstance(inner, nn.Module):
+                model = inner
+                break
+    return model
+
+
 def build_model(config: ViTConfig | ResNetConfig) -> Model:
     """The module for a config: VisionTransformer (plain or hybrid) or the ResNet v2 baseline."""
     return VisionTransformer(config) if isinstance(config, ViTConfig) else ResNetV2(config)

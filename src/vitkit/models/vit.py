@@ -86,7 +86,13 @@ def fused_attention_pays(q: torch.Tensor) -> bool:
     attention compute (benchmarks/cpu_attention_kernels.py)."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return True
-    return "amx_bf16" in cpu_flags() and not q.requires_grad
+    return has_amx_tiles() and not q.requires_grad
+
+
+@torch.compiler.assume_constant_result  # torch.compile reads the flags once instead of tracing a file read
+def has_amx_tiles() -> bool:
+    """Whether this CPU has AMX bf16 tiles."""
+    return "amx_bf16" in cpu_flags()
 
 
 class Mlp(nn.Module):
