@@ -110,9 +110,9 @@ def weights_in(model: nn.Module, dtype: torch.dtype | None) -> Iterator[nn.Modul
     """Hold `model`'s floating-point parameters and buffers in `dtype` for the block, for inference under autocast
     to `dtype`, and put the float32 ones back after it.
 
-    The whole forward pass then runs in `dtype`, the residual stream included: autocast alone would cast every
-    weight at every call and keep the stream, norms and additions in float32, a third more memory traffic at
-    small batches (ViT-B/16 at batch 8 on 2 cores of an AMX Xeon: 1.14x faster, docs/PRECISION.md). The official
+    The whole forward pass then runs in `dtype`, the residual stream included; autocast alone casts every weight
+    at every call and keeps the stream, norms and additions in float32, memory traffic that dominates at small
+    batches (ViT-B/16 at batch 8 on 2 cores of an AMX Xeon: 1.18-1.21x faster, docs/PRECISION.md). The official
     logits stay within the documented bf16 tolerance (tests/precision/test_agreement.py). Weight-standardised
     convolutions (the hybrid's StdConv2d) keep float32 weights: their standardisation needs float32, and
     autocast casts the standardised kernel. The cast copies need no gradient: this is for inference only.
@@ -147,9 +147,9 @@ def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[n
     """`torch.compile(model)` with inductor's weight freezing for the block (the model itself without `compile`).
 
     Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout and
-    fuses the bias and GELU into the matrix products: on 2 cores of an AMX Xeon ViT-B/16 in bf16 at batch 8 runs
-    1.15x faster than eager (docs/PRECISION.md), where compiling without freezing gains 2%. The weights must
-    not change inside the block, and the first call of each input shape compiles (seconds to a minute): it pays
+    fuses the bias and GELU into the matrix products: on 2 cores of an AMX Xeon it raises ViT-B/16 in bf16 at batch 8
+    from 56-57% to 60-70% of the bf16 GEMM ceiling (docs/PRECISION.md); compiling without freezing did not. The
+    weights must not change inside the block, and the first call of each input shape compiles (seconds to a minute): it pays
     for many batches, not for a few images. Inference only: freezing applies to graphs run without gradients.
     """
     if not compile:
