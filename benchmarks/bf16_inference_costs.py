@@ -1,0 +1,73 @@
+"""What the parts of a bf16 forward pass cost: vitkit's inference path (`Precision.inference`) against the same
+model with one part left out, alternated in one process with the bf16 GEMM ceiling.
+
+    python benchmarks/bf16_inference_costs.py [--model ViT-B/16] [--batch-size 8] [--threads 2] [--rounds 9]
+
+Variants: `no GELU` (the MLP's activation replaced by the identity), `no bias` (every Linear without its bias),
+`autocast alone` (the weights float32, cast by autocast at every call). A variant's speed relative to the full
+path says what the part costs; the variants compute other functions, so only their time is meaningful.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+
+import torch
+from torch import nn
+
+from vitkit.allocator import keep_freed_memory
+from vitkit.bench.candidates import bench_model, forward_call, forward_flops
+from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio
+from vitkit.precision import weights_in
+
+
+def without(model: nn.Module, part: str) -> nn.Module:
+    """A copy of `model` with `part` ('gelu' or 'bias') left out."""
+    model = copy.deepcopy(model)
+    for module in model.modules():
+        if part == "gelu" and isinstance(module, nn.GELU):
+            module.forward = nn.Identity().forward  # type: ignore[method-assign]
+        if part == "bias" and isinstance(module, nn.Linear):
+            module.bias = None
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="ViT-B/16")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=9)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    keep_freed_memory()  # as `vitkit bench inference`: no call faults its activations in again
+    model = bench_model(args.model)
+    x = torch.randn(args.batch_size, *model.config.input_size)
+    flops = forward_flops(model, x)
+    variants = {"full": model, "no GELU": without(model, "gelu"), "no bias": without(model, "bias")}
+    with contextlib.ExitStack() as stack:
+        candidates = {}
+        for name, variant in variants.items():
+            held = copy.deepcopy(variant)
+            stack.enter_context(weights_in(held, torch.bfloat16))
+            candidates[name] = forward_call(held, x, torch.bfloat16)
+        candidates["autocast alone"] = forward_call(model, x, torch.bfloat16)
+        candidates["gemm"], gemm_flops = gemm_candidate(dtype=torch.bfloat16)
+        results = alternate(candidates, rounds=args.rounds, warmup=2)
+    results["gemm"].flops = gemm_flops
+    print(f"{args.model}, batch {args.batch_size}, {args.threads} threads, {args.rounds} rounds, bf16")
+    print("| variant | ms per batch | MFU | speed vs full |")
+    print("|---|---|---|---|")
+    for name in candidates:
+        if name == "gemm":
+            continue
+        results[name].flops = flops
+        ms = 1e3 * results[name].median
+        print(f"| {name} | {ms:.1f} | {mfu(results, name):.1%} | {paired_ratio(results, name, 'full'):.3f} |")
+    print(f"| GEMM 2048^3 ceiling | {results['gemm'].gflops_per_s:,.0f} GFLOP/s | | |")
+
+
+if __name__ == "__main__":
+    main()
