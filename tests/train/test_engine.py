@@ -73,7 +73,7 @@ def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tm
 
 
 @pytest.mark.slow  # compiles the model, for each of the two batch sizes (~30 s)
-def test_eval_compiled_for_inference_gives_the_eager_accuracy(trained, tmp_path, capsys):
+def test_eval_compiled_for_inference_gives_the_eager_loss(trained, tmp_path, capsys):
     """`--compile`: the model compiled with frozen weights (inductor's freezing on while it compiles, off again
     after); the loss of eager evaluation, the test set's last batch smaller than the others."""
     import torch._inductor.config as inductor_config

@@ -9,13 +9,7 @@ from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
-from vitkit.precision import (
-    add_compile_argument,
-    add_precision_argument,
-    compiled_for_inference,
-    inference_precision,
-    weights_in,
-)
+from vitkit.precision import add_compile_argument, add_precision_argument, inference_precision
 from vitkit.train.report import plot_confusion
 
 HELP = "evaluate weights on a dataset split: top-1, top-5, loss and a confusion-matrix PNG"
@@ -51,10 +45,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_weights(args.weights).to(device)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")
-    with (
-        weights_in(model, precision.autocast_dtype),
-        compiled_for_inference(model, args.compile) as forward,
-    ):
+    with precision.inference(model, args.compile) as forward:
         result = evaluate(
             forward,
             dataset,

@@ -13,7 +13,7 @@ from vitkit import load_weights
 from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.evaluate.fewshot import FewShotEvaluator
-from vitkit.precision import add_precision_argument, inference_precision, weights_in
+from vitkit.precision import add_precision_argument, inference_precision
 
 HELP = "few-shot linear evaluation (closed-form ridge on frozen pre-logits features), mean/std over seeds"
 
@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         autocast_dtype=precision.autocast_dtype,
     )
     start = time.perf_counter()
-    with weights_in(model, precision.autocast_dtype):
+    with precision.inference(model):
         report = evaluator.evaluate(model)
     total = time.perf_counter() - start
     report = {
