@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ class MetricsLog:
     """Append-only metrics (one JSON object per line, each with its `step`) mirrored to TensorBoard.
 
     On resume from checkpoint step S the records after S (written by the killed run) are dropped, and TensorBoard
-    purges its events after S, so the logs equal those of an uninterrupted run.
+    purges its events after S, so the logs equal those of an uninterrupted run. A run that starts from step 0
+    (new, or restarted by torchrun before its first checkpoint) starts with no records at all.
     """
 
     def __init__(self, run_dir: str | os.PathLike, resume_step: int | None = None) -> None:
@@ -35,8 +37,9 @@ class MetricsLog:
         if resume_step is not None and self.path.is_file():
             kept = [r for r in read_metrics(run_dir) if r["step"] <= resume_step]
             atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
-        elif self.path.exists():
-            self.path.unlink()
+        elif resume_step is None:
+            self.path.unlink(missing_ok=True)
+            shutil.rmtree(Path(run_dir) / TENSORBOARD_DIR, ignore_errors=True)
         purge = resume_step + 1 if resume_step is not None else None
         self.writer = SummaryWriter(str(Path(run_dir) / TENSORBOARD_DIR), purge_step=purge)
         self.file = self.path.open("a")
