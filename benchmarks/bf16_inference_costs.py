@@ -4,8 +4,12 @@ model with one part left out, alternated in one process with the bf16 GEMM ceili
     python benchmarks/bf16_inference_costs.py [--model ViT-B/16] [--batch-size 8] [--threads 2] [--rounds 9]
 
 Variants: `no GELU` (the MLP's activation replaced by the identity), `no bias` (every Linear without its bias),
-`autocast alone` (the weights float32, cast by autocast at every call). A variant's speed relative to the full
-path says what the part costs; the variants compute other functions, so only their time is meaningful.
+`no attention` (each layer's attention output replaced by its values: the projections stay, the products and
+softmax of the attention go), `weights packed` (every Linear's bf16 weight reordered once into oneDNN's blocked
+layout, which an eager product otherwise does at every call; through torch's private `torch.ops.mkldnn` operators
+that compiling with frozen weights calls: a measurement, not a path vitkit takes), `autocast alone` (the weights
+float32, cast by autocast at every call). A variant's speed relative to the full path says what the part costs;
+the variants other than `weights packed` compute other functions, so only their time is meaningful.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import types
 
 import torch
 from torch import nn
@@ -20,18 +25,39 @@ from torch import nn
 from vitkit.allocator import keep_freed_memory
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio
+from vitkit.models.vit import Attention
 from vitkit.precision import weights_in
 
 
+def values_only(self: Attention, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, None]:
+    """Attention.forward with the attention left out: the values go straight to the output projection."""
+    v = self.qkv(x).chunk(3, dim=-1)[2]
+    return self.proj_drop(self.proj(v)), None
+
+
 def without(model: nn.Module, part: str) -> nn.Module:
-    """A copy of `model` with `part` ('gelu' or 'bias') left out."""
+    """A copy of `model` with `part` ('gelu', 'bias' or 'attention') left out."""
     model = copy.deepcopy(model)
     for module in model.modules():
         if part == "gelu" and isinstance(module, nn.GELU):
             module.forward = nn.Identity().forward  # type: ignore[method-assign]
         if part == "bias" and isinstance(module, nn.Linear):
             module.bias = None
+        if part == "attention" and isinstance(module, Attention):
+            module.forward = types.MethodType(values_only, module)  # type: ignore[method-assign]
     return model
+
+
+def pack_weights(model: nn.Module, rows: int) -> None:
+    """Reorder every Linear's weight once into oneDNN's layout for products of `rows` rows, in place."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            packed = torch.ops.mkldnn._reorder_linear_weight(module.weight.detach(), rows)
+
+            def forward(self: nn.Linear, x: torch.Tensor, packed: torch.Tensor = packed) -> torch.Tensor:
+                return torch.ops.mkldnn._linear_pointwise(x, packed, self.bias, "none", [], "")
+
+            module.forward = types.MethodType(forward, module)  # type: ignore[method-assign]
 
 
 def main() -> None:
@@ -46,12 +72,18 @@ def main() -> None:
     model = bench_model(args.model)
     x = torch.randn(args.batch_size, *model.config.input_size)
     flops = forward_flops(model, x)
-    variants = {"full": model, "no GELU": without(model, "gelu"), "no bias": without(model, "bias")}
+    parts = {"no GELU": "gelu", "no bias": "bias", "no attention": "attention"}
+    variants = {"full": model, **{name: without(model, part) for name, part in parts.items()}}
+    variants["weights packed"] = copy.deepcopy(model)
+    stride, size = model.config.input_stride, x.shape[-2:]
+    tokens = (size[0] // stride) * (size[1] // stride) + (model.config.classifier == "token")
     with contextlib.ExitStack() as stack:
         candidates = {}
         for name, variant in variants.items():
             held = copy.deepcopy(variant)
             stack.enter_context(weights_in(held, torch.bfloat16))
+            if name == "weights packed":
+                pack_weights(held, rows=x.shape[0] * tokens)
             candidates[name] = forward_call(held, x, torch.bfloat16)
         candidates["autocast alone"] = forward_call(model, x, torch.bfloat16)
         candidates["gemm"], gemm_flops = gemm_candidate(dtype=torch.bfloat16)
