@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from grad_checkpointing import assert_checkpointing_recomputes
 from vitkit.models.config import ResNetConfig
 from vitkit.models.resnet import ResNetV1, ResNetV2, StdConv2d, pad_same_tf
+from vitkit.precision import choose_precision
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
 
@@ -139,12 +140,13 @@ def from_timm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-@pytest.mark.slow
-def test_resnet_v2_matches_timm_bit() -> None:
+def timm_bit_and_vitkit() -> tuple[torch.nn.Module, ResNetV2]:
+    """timm's R50x1 (BiT) with its norms and head moved off their init (1, 0, zero head), so mistakes show, and
+    vitkit's R50x1 holding the same weights."""
     timm = pytest.importorskip("timm")
     torch.manual_seed(0)
     reference = timm.create_model("resnetv2_50x1_bit", pretrained=False, num_classes=10).eval()
-    with torch.no_grad():  # move norms and head off their init (1, 0, zero head) so mistakes show
+    with torch.no_grad():
         for name, p in reference.named_parameters():
             if name.startswith("head."):
                 p.normal_(0, 0.05)
@@ -153,6 +155,12 @@ def test_resnet_v2_matches_timm_bit() -> None:
                 p.copy_(1 + 0.2 * noise if name.endswith("weight") else 0.1 * noise)
     model = ResNetV2(ResNetConfig(layers=(3, 4, 6, 3), width_factor=1, num_classes=10)).eval()
     model.load_state_dict(from_timm(reference.state_dict()), strict=True)
+    return reference, model
+
+
+@pytest.mark.slow
+def test_resnet_v2_matches_timm_bit() -> None:
+    reference, model = timm_bit_and_vitkit()
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         expected, got = reference(x), model(x)
@@ -160,6 +168,25 @@ def test_resnet_v2_matches_timm_bit() -> None:
     torch.testing.assert_close(features, expected_features, rtol=1e-4, atol=1e-4)
     assert expected.abs().max() > 0.1
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_resnet_v2_in_bf16_strays_from_float32_as_far_as_timm_bit() -> None:
+    """A 50-layer BiT in bf16 (vitkit's inference path) moves its logits by 5-15% of the largest: the rounding of
+    50 layers, as timm's under autocast moves them as far on the same weights."""
+    reference, model = timm_bit_and_vitkit()
+    x = torch.randn(4, 3, 128, 128)
+    with torch.inference_mode():
+        exact = model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            timm_bf16 = reference(x).float()
+        with choose_precision("bf16", "cpu").inference(model) as bf16_model:
+            ours = bf16_model(x).float()
+
+    def error(logits: torch.Tensor) -> float:
+        return float((logits - exact).abs().max() / exact.abs().max())
+
+    assert error(ours) <= 1.5 * error(timm_bf16), (error(ours), error(timm_bf16))
 
 
 def small_v2(num_classes: int = 5) -> ResNetV2:
