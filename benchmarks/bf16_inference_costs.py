@@ -74,7 +74,8 @@ def main() -> None:
     flops = forward_flops(model, x)
     parts = {"no GELU": "gelu", "no bias": "bias", "no attention": "attention"}
     variants = {"full": model, **{name: without(model, part) for name, part in parts.items()}}
-    variants["weights packed"] = copy.deepcopy(model)
+    if torch.backends.mkldnn.is_available():  # the packing goes through oneDNN's operators
+        variants["weights packed"] = copy.deepcopy(model)
     stride, size = model.config.input_stride, x.shape[-2:]
     tokens = (size[0] // stride) * (size[1] // stride) + (model.config.classifier == "token")
     with contextlib.ExitStack() as stack:

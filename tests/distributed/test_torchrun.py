@@ -161,12 +161,13 @@ def test_a_killed_rank_recovers_under_max_restarts(tmp_path, tiny):
     process = torchrun(args, tmp_path, launcher=("--max-restarts=1",))
     # On a loaded machine starting torchrun and its two workers can take minutes. A kill before the first
     # checkpoint tests nothing: the restarted workers find no run to continue and start afresh.
-    deadline = time.monotonic() + 600
+    wait = 600
+    deadline = time.monotonic() + wait
     while process.poll() is None and time.monotonic() < deadline and ckpt.latest_checkpoint(run) is None:
         time.sleep(0.005)
     if ckpt.latest_checkpoint(run) is None:
         process.kill()
-        pytest.fail(f"no checkpoint within 600 s, so no kill to recover from:\n{process.communicate()[0]}")
+        pytest.fail(f"no checkpoint within {wait} s, so no kill to recover from:\n{process.communicate()[0]}")
     pid = _worker_pid(process.pid, rank=1)
     assert pid is not None and not (run / "final").exists(), "the run ended before the kill; make it longer"
     os.kill(pid, signal.SIGKILL)
