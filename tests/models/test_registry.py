@@ -82,6 +82,10 @@ def test_small_real_forward(name):
 
 
 def test_flops_of_vit_b16_include_attention():
-    """35.1 GFLOPs: the math attention path is counted (fused CPU attention would give 33.7)."""
-    gflops = count_flops(vitkit.create_model("ViT-B/16", device="meta"), (3, 224, 224)) / 1e9
-    assert gflops == pytest.approx(35.13, abs=0.01)
+    """35.1 GFLOPs: the math attention path is counted (fused CPU attention would give 33.7). The logits skip the
+    last layer's 196 patch tokens: their query, projection and MLP rows, and their rows of the attention."""
+    model = vitkit.create_model("ViT-B/16", device="meta")
+    every_token = count_flops(model, (3, 224, 224), every_token=True)
+    assert every_token / 1e9 == pytest.approx(35.13, abs=0.01)
+    skipped = 196 * 2 * (768 * 768 + 768 * 768 + 2 * 768 * 3072) + 196 * 2 * (2 * 197 * 768)
+    assert every_token - count_flops(model, (3, 224, 224)) == skipped

@@ -39,6 +39,26 @@ def test_sdpa_and_explicit_attention_agree(pos_embed, classifier):
     torch.testing.assert_close(fused, explicit, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_logits_take_the_last_layer_for_the_class_token_alone(checkpointing):
+    """Eq. 4 reads z_L^0 only: the logits and every gradient match the path that encodes every token, while the
+    last layer's MLP sees one token per image."""
+    model = randomise_head(tiny(pos_embed="relative"))
+    model.set_grad_checkpointing(checkpointing)
+    tokens_seen = []
+    model.blocks[-1].mlp.register_forward_hook(lambda module, args, out: tokens_seen.append(args[0].shape[1]))
+    x = torch.randn(2, 3, 32, 32)
+    params = list(model.parameters())
+    logits = model(x)
+    grads = torch.autograd.grad(logits.square().sum(), params)
+    every_token = model.forward_head(model.forward_features(x))
+    expected_grads = torch.autograd.grad(every_token.square().sum(), params)
+    assert tokens_seen[0] == 1 and tokens_seen[-1] == 17
+    torch.testing.assert_close(logits, every_token)
+    for grad, expected in zip(grads, expected_grads, strict=True):  # float32 rounding of gradients up to ~1e4
+        torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6 * expected.abs().max().item())
+
+
 def test_attention_weights_reproduce_the_layer_output():
     """The explicit maps are the real probabilities: softmax(q k^T / sqrt(d)) recomputed by hand matches."""
     model = tiny().eval()

@@ -8,14 +8,24 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from vitkit.bench.candidates import bench_model, forward_call, forward_flops
+from vitkit.bench.candidates import bench_model, forward_call, forward_flops, performed_flops
 from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, bench_dtypes, comma_ints
 from vitkit.bench.peers import PEERS, build_peer
 from vitkit.bench.timing import alternate, gemm_candidate, mfu
 
 NAME = "batch"
 HELP = "the best batch size: images/s and MFU of vitkit (and a peer) at several batch sizes"
-COLUMNS = ["model", "implementation", "precision", "batch", "images/s", "GFLOP/s", "MFU", "spread"]
+COLUMNS = [
+    "model",
+    "implementation",
+    "precision",
+    "batch",
+    "images/s",
+    "GFLOP/s",
+    "MFU",
+    "GFLOPs/image",
+    "spread",
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -68,12 +78,12 @@ def batch_sweep(
     candidates, meta = {}, {}
     for b in batch_sizes:
         x = torch.randn(b, *shape, device=device)
-        flops = forward_flops(model, x)
+        flops, peer_flops = forward_flops(model, x), forward_flops(model, x, every_token=True)
         for p, dtype in dtypes.items():
             for name, m in modules.items():
                 key = f"{name} {p}@{b}"
                 candidates[key] = forward_call(m, x, dtype)
-                meta[key] = (name, p, b, flops)
+                meta[key] = (name, p, b, performed_flops(name, flops, peer_flops))
     gemm_flops = {}
     for p, dtype in dtypes.items():
         candidates[f"gemm {p}"], gemm_flops[p] = gemm_candidate(
@@ -96,6 +106,7 @@ def batch_sweep(
                 "images/s": r.images_per_s,
                 "GFLOP/s": r.gflops_per_s,
                 "MFU": mfu(results, key, f"gemm {p}"),
+                "GFLOPs/image": flops / b / 1e9,
                 "spread": r.spread,
             }
         )

@@ -51,6 +51,12 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def forward_flops(model: nn.Module, x: torch.Tensor) -> float:
-    """FLOPs of one forward of the batch `x`."""
-    return float(count_flops(model, tuple(x.shape[1:]), batch_size=x.shape[0]))
+def forward_flops(model: nn.Module, x: torch.Tensor, every_token: bool = False) -> float:
+    """FLOPs of one forward of the batch `x`: as vitkit computes the logits, or with `every_token` as the peers do
+    (every layer on every token; `count_flops`)."""
+    return float(count_flops(model, tuple(x.shape[1:]), batch_size=x.shape[0], every_token=every_token))
+
+
+def performed_flops(implementation: str, vitkit_flops: float, peer_flops: float) -> float:
+    """The FLOPs an implementation performs: vitkit's own count for vitkit's rows, every token's for a peer's."""
+    return vitkit_flops if implementation.startswith("vitkit") else peer_flops

@@ -36,6 +36,7 @@ from torchvision.transforms import v2
 
 import vitkit
 from vitkit.allocator import keep_freed_memory
+from vitkit.bench.candidates import performed_flops
 from vitkit.bench.processes import StepProcesses
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 from vitkit.collectives import world
@@ -259,7 +260,10 @@ def training_vs_timm(
     workload = Workload.load(*setup)
     config, model = workload.config, workload.model
     b = config.train.batch_size
-    flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)
+    flops, peer_flops = (
+        3.0 * count_flops(model, model.config.input_size, batch_size=b, every_token=every)  # fwd + bwd
+        for every in (False, True)
+    )
     threads = torch.get_num_threads()
     peers = {
         data + (", freed memory kept" if keep else ""): (data, keep)
@@ -300,7 +304,8 @@ def training_vs_timm(
             group.close()
     results["gemm"].flops = gemm_flops
     for name in candidates:
-        results[name].images, results[name].flops = b * steps, flops * steps
+        results[name].images = b * steps
+        results[name].flops = performed_flops(name, flops, peer_flops) * steps
     rows = []
     for name in candidates:
         r = results[name]

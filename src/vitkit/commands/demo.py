@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     model = vitkit.create_model(args.model).eval()
     config = model.config
-    flops = count_flops(model, config.input_size)
+    flops = count_flops(model, config.input_size, every_token=True)
     x = torch.randn(args.batch_size, *config.input_size)
     precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}")

@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'model':<16} {'timm name':<26} {'params':>14} {'GFLOPs':>9}")
     for name in names:
         model = create_model(name, device="meta", num_classes=args.num_classes)
-        gflops = count_flops(model, model.config.input_size) / 1e9
+        gflops = count_flops(model, model.config.input_size, every_token=True) / 1e9
         print(
             f"{name:<16} {next(iter(MODELS[name].aliases), '-'):<26} {count_parameters(model):>14,} {gflops:>9.2f}"
         )

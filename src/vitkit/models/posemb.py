@@ -148,15 +148,14 @@ class RelativePositionBias(nn.Module):
         self.offsets = nn.Parameter(torch.empty(2 * num_tokens - 1, head_dim))
         nn.init.normal_(self.offsets, std=0.02)
 
-    def forward(self, q: torch.Tensor) -> torch.Tensor:
-        """Bias [B, heads, T, T] from scaled queries [B, heads, T, hd]."""
-        num_tokens = q.shape[-2]
+    def forward(self, q: torch.Tensor, num_tokens: int) -> torch.Tensor:
+        """Bias [B, heads, Q, T] from the scaled queries [B, heads, Q, hd] of the first Q of `num_tokens` tokens."""
         table: torch.Tensor = self.offsets
         if num_tokens != self.num_tokens:
             table = resample_grid(table[:, None], (2 * num_tokens - 1, 1))[:, 0]
-        logits = q @ table.T  # [B, H, T, 2T-1]: every query against every offset
-        pos = torch.arange(num_tokens, device=q.device)
-        index = (pos[:, None] - pos[None, :] + num_tokens - 1).expand(*q.shape[:-2], -1, -1)
+        logits = q @ table.T  # [B, H, Q, 2T-1]: every query against every offset
+        rows, cols = torch.arange(q.shape[-2], device=q.device), torch.arange(num_tokens, device=q.device)
+        index = (rows[:, None] - cols[None, :] + num_tokens - 1).expand(*q.shape[:-2], -1, -1)
         return logits.gather(-1, index)
 
 
