@@ -191,3 +191,22 @@ def test_inference_bench_times_vitkits_bf16_path_beside_autocast_alone(monkeypat
         ("vitkit-autocast", "bf16"),
     ]
     assert sorted(weight_dtypes.values(), key=str) == [torch.bfloat16, torch.float32, torch.float32]
+
+
+def test_inference_bench_credits_each_implementation_with_the_flops_it_performs():
+    """vitkit's class-token logits skip the last layer's patch tokens, the peers compute every token: each row's
+    GFLOPs/image, GFLOP/s and MFU count its own work."""
+    from vitkit.bench import inference
+    from vitkit.bench.candidates import bench_model, forward_flops
+
+    rows = inference.inference_vs_peers("ViT-Mini/4", 2, peers=["timm"], rounds=1, precision="bf16")
+    model = bench_model("ViT-Mini/4")
+    x = torch.zeros(2, *model.config.input_size)
+    own, every_token = forward_flops(model, x) / 2e9, forward_flops(model, x, every_token=True) / 2e9
+    assert own < every_token
+    timed = [row for row in rows if "images/s" in row]
+    assert {row["implementation"] for row in timed} == {"vitkit", "timm", "vitkit-autocast"}
+    for row in timed:
+        expected = own if row["implementation"].startswith("vitkit") else every_token
+        assert row["GFLOPs/image"] == pytest.approx(expected, rel=1e-12)
+        assert row["GFLOP/s"] == pytest.approx(row["images/s"] * expected, rel=1e-9)
