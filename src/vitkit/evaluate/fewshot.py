@@ -267,7 +267,7 @@ def extract_features(
     autocast_dtype: torch.dtype | None = None,
 ) -> np.ndarray:
     """Pre-logits vectors (float32 [N, D]) of uint8 images [N, C, H, W]: eval preprocessing at the model's
-    img_size / in_chans, `forward_head(forward_features(x), pre_logits=True)`, in batches under torch.no_grad
+    img_size / in_chans, `model(x, pre_logits=True)`, in batches under torch.no_grad
     with the model in eval mode (every module's previous train/eval mode is restored afterwards);
     `autocast_dtype` (e.g. torch.bfloat16 on GPU) runs the forward under torch.autocast; the features are
     returned as float32."""
@@ -290,7 +290,7 @@ def extract_features(
                 if param is not None:
                     x = x.to(param.dtype)
                 with amp:
-                    feats = net.forward_head(net.forward_features(x), pre_logits=True)
+                    feats = net(x, pre_logits=True)
                 chunks.append(feats.float().cpu().numpy())
     finally:
         for module, training in modes:  # exactly the previous modes, submodule by submodule

@@ -261,8 +261,9 @@ class ResNetV2(SavePretrainedMixin, nn.Module):
         x = x.mean(dim=(2, 3))
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_head(self.forward_features(x))
+    def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Logits (with `pre_logits`, the pooled features the head reads)."""
+        return self.forward_head(self.forward_features(x), pre_logits)
 
     def reset_classifier(self, num_classes: int) -> None:
         """A fresh zero-initialised head (BiT's fine-tuning recipe); 0 classes gives an identity head."""

@@ -228,11 +228,12 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         x = self.pre_logits(x)
         return x if pre_logits else self.head(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits. Eq. 4 reads z_L^0 alone, so with a class token the last layer computes that token only: the
-        same logits as `forward_head(forward_features(x))` for ~1/depth less work."""
+    def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        """Logits (with `pre_logits`, the vector the head reads). Eq. 4 reads z_L^0 alone, so with a class token
+        the last layer computes that token only: the same result as `forward_head(forward_features(x))` for
+        ~1/depth less work."""
         queries = 1 if self.config.classifier == "token" else None
-        return self.forward_head(self.encode(self.embed(x)[0], queries))
+        return self.forward_head(self.encode(self.embed(x)[0], queries), pre_logits)
 
     def forward_attention(self, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         """The same forward through explicit attention: (encoded tokens, one [B, heads, T, T] map per layer)."""
