@@ -260,10 +260,9 @@ def training_vs_timm(
     workload = Workload.load(*setup)
     config, model = workload.config, workload.model
     b = config.train.batch_size
-    flops, peer_flops = (
-        3.0 * count_flops(model, model.config.input_size, batch_size=b, every_token=every)  # fwd + bwd
-        for every in (False, True)
-    )
+    size = model.config.input_size
+    flops = 3.0 * count_flops(model, size, batch_size=b)  # fwd + bwd
+    peer_flops = 3.0 * count_flops(model, size, batch_size=b, every_token=True)  # timm: every token
     threads = torch.get_num_threads()
     peers = {
         data + (", freed memory kept" if keep else ""): (data, keep)

@@ -267,8 +267,8 @@ def extract_features(
     autocast_dtype: torch.dtype | None = None,
 ) -> np.ndarray:
     """Pre-logits vectors (float32 [N, D]) of uint8 images [N, C, H, W]: eval preprocessing at the model's
-    img_size / in_chans, `model(x, pre_logits=True)`, in batches under torch.no_grad
-    with the model in eval mode (every module's previous train/eval mode is restored afterwards);
+    img_size / in_chans, `model(x, pre_logits=True)`, in batches under torch.no_grad with the model in eval mode
+    (every module's previous train/eval mode is restored afterwards);
     `autocast_dtype` (e.g. torch.bfloat16 on GPU) runs the forward under torch.autocast; the features are
     returned as float32."""
     if batch_size < 1:
