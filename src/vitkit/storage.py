@@ -26,6 +26,7 @@ from torch import nn
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 FINAL_DIR = "final"  # a training run's final weights: a save_pretrained directory inside the run directory
+CLASS_NAMES_KEY = "class_names"  # config.json: the head's class names in index order, beside the model config
 
 
 class DiskFull(OSError):
@@ -157,18 +158,45 @@ def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:
 
 
 def save_pretrained(model: nn.Module, directory: str | os.PathLike) -> Path:
-    """Write `model.config` as config.json and the weights as model.safetensors into `directory`."""
+    """Write `model.config` (and `model.class_names`, when known) as config.json and the weights as
+    model.safetensors into `directory`."""
     directory = Path(directory)
     config: Any = model.config
     save_state_dict(
         model.state_dict(), directory / WEIGHTS_NAME, metadata={"format": "pt", "library": "vitkit"}
     )
-    atomic_write_text(directory / CONFIG_NAME, json.dumps(config.to_dict(), indent=2) + "\n")
+    fields = config.to_dict()
+    names = getattr(model, "class_names", None)
+    if names is not None:
+        fields[CLASS_NAMES_KEY] = list(names)
+    atomic_write_text(directory / CONFIG_NAME, json.dumps(fields, indent=2) + "\n")
     return directory
 
 
+def pop_class_names(fields: dict[str, Any], source: str | os.PathLike) -> list[str] | None:
+    """Remove and check config.json's class names: a list of `num_classes` distinct strings, or absent."""
+    names = fields.pop(CLASS_NAMES_KEY, None)
+    if names is None:
+        return None
+    count = fields.get("num_classes")
+    if not isinstance(names, list) or not all(isinstance(name, str) for name in names):
+        raise ValueError(f"{source}: {CLASS_NAMES_KEY} must be a list of strings")
+    if len(set(names)) != len(names) or (count is not None and len(names) != count):
+        raise ValueError(
+            f"{source}: {CLASS_NAMES_KEY} must hold num_classes={count} distinct names, got {len(names)} "
+            f"({len(set(names))} distinct)"
+        )
+    return names
+
+
 class SavePretrainedMixin:
-    """Gives models `model.save_pretrained(directory)`; read back with `vitkit.from_pretrained(directory)`."""
+    """Gives models `model.save_pretrained(directory)`; read back with `vitkit.from_pretrained(directory)`.
+
+    `class_names` names the head's outputs in index order (a training run sets it from its data); it travels in
+    config.json so that predictions, evaluations and exports speak the data's class names.
+    """
+
+    class_names: list[str] | None = None
 
     def save_pretrained(self, directory: str | os.PathLike) -> Path:
         """Write config.json + model.safetensors atomically into `directory`."""

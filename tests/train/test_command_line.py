@@ -82,6 +82,8 @@ def test_fine_tuning_always_starts_from_a_zero_head(tmp_path):
     vitkit.save_pretrained(source, tmp_path / "w")
     config = finetune_defaults()
     config.model.weights = str(tmp_path / "w")
-    model = build_run_model(config.validate(), 10, None)  # the same 10 classes: §3.2 still zeroes the head
+    model = build_run_model(
+        config.validate(), [str(i) for i in range(10)], None
+    )  # the same 10 classes: §3.2 still zeroes the head
     assert model.head.weight.shape == (10, 192) and not model.head.weight.any()
     assert torch.equal(model.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)

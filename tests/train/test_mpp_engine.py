@@ -80,7 +80,7 @@ def test_final_is_the_bare_vit_of_the_averaged_wrapper_and_checkpoints_hold_the_
 def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp_path):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}"]).validate()
-    model = engine.build_run_model(config, 10, None)
+    model = engine.build_run_model(config, [str(i) for i in range(10)], None)
     assert isinstance(model, VisionTransformer) and model.config.num_classes == 10
     assert not model.head.weight.any() and not model.head.bias.any()
     assert torch.equal(model.blocks[0].attn.qkv.weight, vitkit.load_weights(out).blocks[0].attn.qkv.weight)
@@ -97,7 +97,7 @@ def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp
 def test_weight_decay_exempts_the_mask_token_and_the_vits_exemptions(mpp_run):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}", "train.objective=mpp"]).validate()
-    model = engine.build_run_model(config, 10, None)
+    model = engine.build_run_model(config, [str(i) for i in range(10)], None)
     names = {id(p): n for n, p in model.named_parameters()}
     exempt = {names[id(p)] for p in parameter_groups(model, 0.05)[1]["params"]}
     assert {"mask_token", "head.bias", "vit.pos_embed.weight", "vit.norm.weight"} <= exempt
@@ -159,4 +159,4 @@ def test_mpp_refuses_resnet_weights(tmp_path):
     with pytest.raises(
         ValueError, match="train.objective='mpp' needs a Vision Transformer; .* is a ResNetV2"
     ):
-        engine.build_run_model(config, 10, None)
+        engine.build_run_model(config, [str(i) for i in range(10)], None)

@@ -3,6 +3,7 @@ recipe, and a resume mismatch that names only what differs."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -151,3 +152,55 @@ def test_resuming_a_read_only_run_is_one_line(finished_run: Path, tmp_path: Path
     error = capsys.readouterr().err
     lines = [line for line in error.splitlines() if line.startswith("vitkit train")]
     assert lines == [lines[-1]] and "permission denied" in lines[0] and str(run) in lines[0], error
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_out_onto_a_users_directory_deletes_nothing(
+    resume: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny: tuple[str, ...]
+) -> None:
+    """A directory holding anything but a vitkit run is refused before a file is written or removed."""
+    out = tmp_path / "mine"
+    (out / "tensorboard" / "x").mkdir(parents=True)
+    (out / "tensorboard" / "x" / "precious.txt").write_text("k")
+    (out / "metrics.jsonl").write_text("my own\n")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    args = ["train", "--out", str(out), "--steps", "5", *tiny] + (["--resume"] if resume else [])
+    assert cli.main(args) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and str(out) in error, error
+    assert ("not a run directory" if resume else "not empty and not a vitkit run") in error
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_out_onto_an_empty_directory_trains(tmp_path: Path, tiny: tuple[str, ...]) -> None:
+    out = tmp_path / "empty"
+    out.mkdir()
+    assert cli.main(["train", "--out", str(out), "--steps", "2", *tiny, "optim.warmup_steps=1"]) == 0
+    assert (out / RECIPE_NAME).is_file()
+
+
+def test_class_names_travel_with_the_weights(finished_run: Path) -> None:
+    import vitkit
+
+    model = vitkit.load_weights(finished_run)
+    assert model.class_names is not None and model.class_names[:2] == ["T-shirt/top", "Trouser"]
+    assert vitkit.load_weights(finished_run, num_classes=3).class_names is None  # a new head, no names yet
+
+
+def test_resume_refuses_data_whose_classes_differ(
+    finished_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A renamed class would otherwise permute every label without a word."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_run, run)
+    for checkpoint in (run / CHECKPOINT_DIR).iterdir():
+        config = checkpoint / "config.json"
+        fields = json.loads(config.read_text())
+        fields["class_names"][0], fields["class_names"][1] = (
+            fields["class_names"][1],
+            fields["class_names"][0],
+        )
+        config.write_text(json.dumps(fields))
+    assert cli.main(["train", "--out", str(run), "--resume"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "another order, which would permute every label" in error, error

@@ -103,7 +103,7 @@ class Workload:
             config.train.batch_size = batch_size
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
         torch.manual_seed(config.train.seed)
-        return cls(config, dataset, build_run_model(config, len(dataset.classes), None))
+        return cls(config, dataset, build_run_model(config, list(dataset.classes), None))
 
     @property
     def steps_per_epoch(self) -> int:

@@ -44,7 +44,16 @@ from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import Model, Trainable, build_model, create_model
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import Precision, autocast, choose_precision, model_signature
-from vitkit.storage import FINAL_DIR, DiskFull, atomic_write_text, is_disk_full, read_config, save_pretrained
+from vitkit.storage import (
+    CONFIG_NAME,
+    FINAL_DIR,
+    DiskFull,
+    atomic_write_text,
+    is_disk_full,
+    pop_class_names,
+    read_config,
+    save_pretrained,
+)
 from vitkit.train import checkpoint as ckpt
 from vitkit.train import dcp, report
 from vitkit.train.averaging import ema_model
@@ -69,7 +78,7 @@ from vitkit.train.objectives import (
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
 from vitkit.train.recipe import RECIPE_NAME, RunConfig, TrainSection
-from vitkit.train.rundir import RunDirLock, remove_leftovers
+from vitkit.train.rundir import LOCK_NAME, RunDirLock, remove_leftovers
 from vitkit.weights import load_weights
 
 
@@ -137,7 +146,7 @@ def _train(
     periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
-    model = build_run_model(config, num_classes, checkpoint).to(device)
+    model = build_run_model(config, list(train_set.classes), checkpoint).to(device)
     strategy = resolve_strategy(t.strategy, world_size)
     if strategy == "fsdp":
         shard_model(model, device)  # in place, before the optimizer sees the parameters
@@ -653,23 +662,41 @@ def create_run_dir(run_dir: Path, config: RunConfig, lock: RunDirLock) -> None:
 
 
 def _refuse_existing(run_dir: Path) -> None:
+    """A new run writes only into a missing or empty directory (its lock file aside): never over a run, and
+    never into a directory of the user's, whose files it could overwrite or delete."""
     if (run_dir / RECIPE_NAME).exists():
         raise ValueError(
             f"{run_dir} already holds a run; pass --resume to continue it or choose another --out"
         )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--out {run_dir}: is a file, not a directory; choose another --out")
+    found = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.is_dir() else []
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise ValueError(
+            f"--out {run_dir}: not empty and not a vitkit run (holds {shown}); a new run needs a missing or "
+            f"empty directory, so nothing of yours is overwritten: choose another --out"
+        )
 
 
-def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None) -> Trainable:
+def build_run_model(config: RunConfig, class_names: list[str], checkpoint: Path | None) -> Trainable:
     """The checkpoint's architecture when resuming; else the named model, or the given weights to fine-tune.
 
+    A classifier carries the data's `class_names` into every checkpoint and final/; a resume whose data names
+    other classes, or the same ones in another order, is refused rather than trained on permuted labels.
     Masked patch prediction wraps a ViT without a classifier head (MaskedPatchPrediction); its checkpoints
     store the ViT config, so a resume rebuilds the ViT and wraps it again.
     """
     m, t = config.model, config.train
     mpp = t.objective == "mpp"
+    num_classes = len(class_names)
     classes = 0 if mpp else num_classes
     if checkpoint is not None:
-        model = build_model(config_from_dict(read_config(checkpoint)))
+        fields = read_config(checkpoint)
+        saved = pop_class_names(fields, checkpoint / CONFIG_NAME)
+        if saved is not None and not mpp and saved != class_names:
+            raise ValueError(f"--resume: {class_mismatch(saved, class_names)}")
+        model = build_model(config_from_dict(fields))
     elif m.weights is not None:
         model = load_weights(m.weights, **{"num_classes": classes, "reset_head": True, **m.overrides})  # §3.2
     else:
@@ -681,12 +708,24 @@ def build_run_model(config: RunConfig, num_classes: int, checkpoint: Path | None
         )
         raise ValueError(f"model.num_classes is {model.config.num_classes} but {needs}")
     if not mpp:
+        model.class_names = class_names
         return model
     if not isinstance(model, VisionTransformer):
         raise ValueError(
             f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}"
         )
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
+
+
+def class_mismatch(saved: list[str], found: list[str]) -> str:
+    """One line saying how the data's classes differ from a run's: added, missing, or reordered."""
+    added, missing = sorted(set(found) - set(saved)), sorted(set(saved) - set(found))
+    if added or missing:
+        return (
+            f"the run was trained on {len(saved)} classes and the data now has {len(found)} "
+            f"(new: {added[:5]}, missing: {missing[:5]}); a renamed or added class folder changes the labels"
+        )
+    return "the data names the run's classes in another order, which would permute every label"
 
 
 def all_ranks(lines: list[str]) -> list[str]:

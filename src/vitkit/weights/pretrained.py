@@ -8,7 +8,7 @@ from typing import Any
 
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Model
-from vitkit.storage import CONFIG_NAME, FINAL_DIR, WEIGHTS_NAME, load_state_dict, read_config
+from vitkit.storage import CONFIG_NAME, FINAL_DIR, WEIGHTS_NAME, load_state_dict, pop_class_names, read_config
 from vitkit.weights.build import instantiate
 
 
@@ -23,14 +23,18 @@ def from_pretrained(
     """
     directory = resolve_directory(directory)
     fields = read_config(directory)  # its own errors name the file
+    names = pop_class_names(fields, directory / CONFIG_NAME)
     try:
         config = config_from_dict(fields)
     except (TypeError, ValueError) as error:  # an unknown field, a value of the wrong kind or range
         raise ValueError(f"{directory / CONFIG_NAME}: {error}") from None
     weights = directory / WEIGHTS_NAME
-    return instantiate(
+    model = instantiate(
         config, load_state_dict(weights), str(weights), keep_pre_logits=keep_pre_logits, **overrides
     )
+    if names is not None and not overrides.get("reset_head") and model.config.num_classes == len(names):
+        model.class_names = names  # a new head has no names yet
+    return model
 
 
 def resolve_directory(directory: str | os.PathLike) -> Path:
