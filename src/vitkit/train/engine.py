@@ -142,7 +142,6 @@ def _train(
     )
     train_set = on_device(train_set, device)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
-    num_classes = len(train_set.classes)
     periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
