@@ -3,8 +3,8 @@ plain bf16 loop, eager and compiled, in one process.
 
 The engine's step is `vitkit.train.engine.build_train_step`, built as `vitkit train` builds it: its data path
 (uint8 images held in GPU memory, the batched augmentation of `data.crop`/`data.flip`, keyed by step), bf16
-autocast, fused AdamW, gradient clipping, the CUDA graph of `train.cuda_graph=auto`, and with `--compile`
-`train.compile=true`. timm's loop is the textbook one around `timm.create_model` with vitkit's weights
+autocast, fused AdamW, gradient clipping, the CUDA graph of `train.cuda_graph=auto` (eager), and with `--compile`
+`train.compile=true` (not captured). timm's loop is the textbook one around `timm.create_model` with vitkit's weights
 (`vitkit.to_timm`): bf16 autocast, fused AdamW, clipping, on batches already on the GPU (its data costs nothing).
 
 MFU counts forward plus backward as 3x the forward FLOPs each implementation performs (vitkit's class-token
