@@ -1,7 +1,7 @@
 """The documentation's examples, found with their file and line: Python blocks (run by sybil) and `vitkit` lines.
 
 A Python block that cannot run in CI (a GPU, hours, a download) is preceded by a sybil skip directive whose
-reason is shown on the site: `<!-- skip: next "needs a GPU" -->`.
+reason the site shows (docs/hooks/examples.py): `<!-- skip: next "needs a GPU" -->`.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from docs.hooks.examples import SKIP
 from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
@@ -19,7 +20,6 @@ SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w-]*)")
 LEADING_KEYWORDS = {"do", "then", "else", "time", "exec"}
 ASSIGNMENT = re.compile(r"^[A-Za-z_]\w*=")  # VAR=value before a command
-SKIP = re.compile(r'<!--\s*skip:\s*next\s+"([^"]+)"\s*-->')
 DIRECTIVE = re.compile(r"<!--\s*skip:")
 SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()])
 
