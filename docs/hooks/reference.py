@@ -62,7 +62,7 @@ def recipe_page() -> str:
             meaning = cell(spec.metadata.get("help", ""))
             default = cell(toml_value(field_default(spec)))
             lines.append(
-                f"| `{section.name}.{spec.name}` | `{cell(str(spec.type))}` | `{default}` | {meaning} |"
+                f"| `{section.name}.{spec.name}` | {cell(str(spec.type))} | `{default}` | {meaning} |"
             )
     return "\n".join(lines) + "\n"
 

@@ -35,7 +35,7 @@ def test_a_field_help_line_is_shown(monkeypatch) -> None:
         extra: Section = dataclasses.field(default_factory=Section)
 
     monkeypatch.setattr("vitkit.train.recipe.RunConfig", Config)
-    assert "| `extra.size` | `int` | `3` | how many \\| at most |" in recipe_page()
+    assert "| `extra.size` | int | `3` | how many \\| at most |" in recipe_page()
 
 
 def test_every_command_and_option_is_in_the_cli_page() -> None:
