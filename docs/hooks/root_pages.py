@@ -21,6 +21,8 @@ def site_link(match: re.Match[str]) -> str:
         return f"[{text}]({next(page for page, root in PAGES.items() if root == target)}{anchor})"
     if target.startswith("docs/"):
         return f"[{text}]({target.removeprefix('docs/')}{anchor})"
+    if text == target:
+        return f"`{target}`"
     return text if text.startswith("`") else f"{text} (`{target}`)"
 
 

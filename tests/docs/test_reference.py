@@ -53,11 +53,12 @@ def test_every_command_and_option_is_in_the_cli_page() -> None:
 
 def test_root_links_point_into_the_site() -> None:
     text = (
-        "[p](docs/PRECISION.md#on-a-gpu) [c](CONTRIBUTING.md) [l](LICENSE) [`configs/x.toml`](configs/x.toml) "
+        "[p](docs/PRECISION.md#on-a-gpu) [c](CONTRIBUTING.md) [l](LICENSE) [LICENSE](LICENSE) "
+        "[`configs/x.toml`](configs/x.toml) "
         "[w](https://example.org/a.md) [a](#set-up)"
     )
     assert site_markdown(text) == (
-        "[p](PRECISION.md#on-a-gpu) [c](contributing.md) l (`LICENSE`) `configs/x.toml` "
+        "[p](PRECISION.md#on-a-gpu) [c](contributing.md) l (`LICENSE`) `LICENSE` `configs/x.toml` "
         "[w](https://example.org/a.md) [a](#set-up)"
     )
 
