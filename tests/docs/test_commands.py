@@ -1,13 +1,12 @@
 """Every `vitkit ...` line in the shell blocks of the documentation is resolved, and the short ones run.
 
 Resolving a line is parsing it with vitkit's own parser (an unknown option or a bad value fails), then whatever
-`RESOLVE` holds for its command: for `train` and `finetune`, the recipe with its flags and overrides is built
-and validated, as the command does before it trains. The commands in `RUN` (seconds each) run for real, in page
-order in one workspace per page (tests/docs/conftest.py), so `vitkit convert` writes what `vitkit predict` reads.
-A failure names the page and line of the command.
-
-When `vitkit train --print-config` (or `--dry-run`) exists, it is the stronger check for `train` and
-`finetune`: set `RESOLVE["train"] = RESOLVE["finetune"] = run_with("--print-config")`.
+`RESOLVE` holds for its command. For `train` and `finetune` that is the command itself with `--print-config`
+where the command has it (the recipe resolved as for training, nothing trained), and otherwise the recipe with
+its flags and overrides built and validated as the command does before it trains; a `--resume` line, whose
+recipe is its run's own, is parsed only. The commands in `RUN` (seconds each) run for real, in page order in one
+workspace per page (tests/docs/conftest.py), so `vitkit convert` writes what `vitkit predict` reads. A failure
+names the page and line of the command.
 """
 
 from __future__ import annotations
@@ -20,17 +19,16 @@ import pytest
 
 from docs.documents import CommandLine, command_lines, documents, where
 from vitkit.cli import build_parser, main, parse
-from vitkit.commands.train import resolve_config
-from vitkit.train.recipe import RunConfig, finetune_defaults, load_config
 
 COMMANDS = [command for path in documents() for command in command_lines(path)]
 RUN = {"models", "demo", "convert", "predict"}
 
 
 def resolve_recipe(args: argparse.Namespace) -> None:
-    """The recipe the line trains with, built and validated (a resume's recipe is the run's own)."""
-    if args.resume:
-        return
+    """The recipe the line trains with, built and validated."""
+    from vitkit.commands.train import resolve_config
+    from vitkit.train.recipe import RunConfig, finetune_defaults, load_config
+
     base = finetune_defaults() if args.command == "finetune" else RunConfig()
     fixed = {"model.weights": args.weights} if args.command == "finetune" else {}
     resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
@@ -46,9 +44,14 @@ def run_with(*extra: str) -> Callable[[argparse.Namespace], None]:
     return resolve
 
 
+def takes_option(command: str, option: str) -> bool:
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return option in commands.choices[command]._option_string_actions
+
+
 RESOLVE: dict[str, Callable[[argparse.Namespace], None]] = {
-    "train": resolve_recipe,
-    "finetune": resolve_recipe,
+    command: run_with("--print-config") if takes_option(command, "--print-config") else resolve_recipe
+    for command in ("train", "finetune")
 }
 
 
@@ -71,7 +74,8 @@ def test_command_resolves(
     args.argv = list(command.argv)
     error = None
     try:
-        RESOLVE.get(args.command, lambda args: None)(args)
+        if not getattr(args, "resume", False):
+            RESOLVE.get(args.command, lambda args: None)(args)
     except (ValueError, FileNotFoundError, AssertionError) as raised:
         error = raised
     assert error is None, f"{command.where}: `vitkit {' '.join(command.argv)}` does not resolve: {error}"
