@@ -1,11 +1,12 @@
 # The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (< 1 minute),
 # `make test-slow` the rest (process groups, kill-and-resume, full-size conversions, benchmarks, torch.compile,
 # the headless-Chromium rendering), `make test-all` both, as CI does. `make lint`: ruff (lint, format) and mypy.
+# `make docs` builds the documentation site into site/ (mkdocs.yml), failing on any warning.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup run test test-slow test-all lint
+.PHONY: setup run test test-slow test-all lint docs
 
 setup: $(BIN)/vitkit
 
@@ -31,3 +32,6 @@ lint: setup
 	$(BIN)/ruff check
 	$(BIN)/ruff format --check
 	$(BIN)/mypy src/vitkit
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site

@@ -4,9 +4,8 @@ it back where a process must stay small.
 PyTorch's CPU tensors come from the C library's malloc. glibc serves large blocks (over 128 KiB, a threshold it
 raises to at most 32 MiB as it goes) with fresh mmap pages and hands freed memory at the top of its heap back to
 the OS, so every step of a training loop faults its activations and gradients in again, page by page, each page
-zeroed by the kernel: ~8,000 page faults per step of the default Fashion-MNIST model at batch 64, ~16,000 at 128,
-and the step 1.08x (batch 64, one thread) to 1.14x (batch 128, two threads) faster without them
-(`python benchmarks/page_faults.py`, docs/BENCHMARKS.md). The engine's `TrainStep` therefore raises both
+zeroed by the kernel: thousands of page faults per step of the default Fashion-MNIST model, and a measurably
+faster step without them (`python benchmarks/page_faults.py` measures both; docs/BENCHMARKS.md has the figures). The engine's `TrainStep` therefore raises both
 thresholds on CPU (recipe switch `train.keep_freed_memory`, on by default), which is what setting
 MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ before start-up does (PyTorch's CPU tuning guide recommends a caching allocator, jemalloc or tcmalloc, for the same reason). The
 process then keeps its peak heap, like torch.cuda's caching allocator, instead of returning it after each step.

@@ -42,8 +42,8 @@ class StepProcesses:
             port = probe.getsockname()[1]
         context = torch.multiprocessing.get_context("spawn")
         self.steps, self.connections, self.workers = steps, [], []
-        # As the launcher sets it: OpenMP sized at start-up, not only narrowed later by torch.set_num_threads
-        # (measured here: ~15% slower without).
+        # As the launcher sets it: OpenMP sized at start-up, not only narrowed later by torch.set_num_threads,
+        # which ran measurably slower.
         with environment(OMP_NUM_THREADS=str(threads)):
             for rank in range(processes):
                 ours, theirs = context.Pipe()

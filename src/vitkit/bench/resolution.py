@@ -77,9 +77,8 @@ def memory_fit(
     gradients and optimizer temporaries, not by the activations, so an affine fit through them says nothing about
     large batches. Instead the forward pass with autograd is measured (its peak = the activations kept for the
     backward pass), the gradients (one copy of the parameters) are added to `fixed`, and the parameters with their
-    two AdamW moments are `resident`. This bounds the step's peak from above: for ViT-B/16 at batch 32 it gives
-    3,936 MiB above resident against 3,655 MiB measured for the whole step (`vitkit bench memory`), 8% high, so
-    the largest training batch is a slight underestimate.
+    two AdamW moments are `resident`. This bounds the step's peak from above (`vitkit bench memory` measures the
+    whole step to compare), so the largest training batch is a slight underestimate.
     """
     was_training = model.training
     try:

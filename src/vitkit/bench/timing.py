@@ -1,6 +1,6 @@
 """Side-by-side timing: A/B alternation in one process, medians over rounds, paired ratios, a GEMM ceiling.
 
-On a shared 2-core CPU absolute speed drifts by 10-35% between processes and within one, so every number that is
+On a shared CPU absolute speed drifts between processes and within one, so every number that is
 compared is measured in the same process, in the same rounds, with the order of the candidates rotated each round.
 A ratio is the median over rounds of the per-round ratio (paired), which cancels slow drift in machine load.
 

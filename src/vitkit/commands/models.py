@@ -1,29 +1,69 @@
-"""`vitkit models [PATTERN]`: the registry with parameter counts and GFLOPs per image."""
+"""`vitkit models [PATTERN]`: the registry with parameter counts and GFLOPs per image, and the input they are for.
+
+A count depends on the input: the position embedding grows with the resolution, the patch embedding with the
+channels, the head with the classes. Each row names its input (channels x height x width) and the header the
+classes; `--img-size`, `--in-chans`, `--num-classes` count at another shape, `--config RECIPE` at a recipe's
+(its model and overrides).
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
+from vitkit.commands import positive_int
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import MODELS, create_model, list_models
+from vitkit.train.recipe import load_config
 
-HELP = "list registered models with parameters and GFLOPs per image"
+HELP = "list registered models with parameters and GFLOPs per image (at each model's input, or a recipe's)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("pattern", nargs="?", default="*", help="glob on paper or timm names, e.g. 'ViT-B*'")
-    parser.add_argument("--num-classes", type=int, default=1000)
+    parser.add_argument(
+        "--num-classes", type=positive_int, default=1000, help="classes of the head (default 1000)"
+    )
+    parser.add_argument(
+        "--img-size", type=positive_int, help="count at this resolution (default: the model's)"
+    )
+    parser.add_argument("--in-chans", type=positive_int, help="count for this many channels (default: 3)")
+    parser.add_argument(
+        "--config", help="count the model of this TOML recipe, at its resolution and channels"
+    )
+
+
+def selection(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:
+    """The model names to count and the config fields they are counted with."""
+    overrides: dict[str, Any] = {}
+    names = list_models(args.pattern)
+    if args.config:
+        model = load_config(args.config).model
+        if not model.name:
+            raise ValueError(
+                f"{args.config}: [model] names no registry model to count (model.weights fine-tunes)"
+            )
+        names, overrides = [model.name], dict(model.overrides)
+    elif not names:
+        raise ValueError(f"no model matches {args.pattern!r}")
+    shape = {"img_size": args.img_size, "in_chans": args.in_chans}
+    overrides.update({key: value for key, value in shape.items() if value is not None})
+    overrides["num_classes"] = args.num_classes
+    return names, overrides
 
 
 def run(args: argparse.Namespace) -> int:
-    names = list_models(args.pattern)
-    if not names:
-        raise ValueError(f"no model matches {args.pattern!r}")
-    print(f"{'model':<16} {'timm name':<26} {'params':>14} {'GFLOPs':>9}")
+    names, overrides = selection(args)
+    print(
+        f"parameters and GFLOPs per image of a {args.num_classes}-class model at the input shown (C x H x W)"
+    )
+    print(f"{'model':<16} {'timm name':<26} {'input':>11} {'params':>14} {'GFLOPs':>9}")
     for name in names:
-        model = create_model(name, device="meta", num_classes=args.num_classes)
+        model = create_model(name, device="meta", **overrides)
+        shape = "x".join(str(size) for size in model.config.input_size)
         gflops = count_flops(model, model.config.input_size, every_token=True) / 1e9
+        aliases = MODELS[name].aliases if name in MODELS else ()
         print(
-            f"{name:<16} {next(iter(MODELS[name].aliases), '-'):<26} {count_parameters(model):>14,} {gflops:>9.2f}"
+            f"{name:<16} {next(iter(aliases), '-'):<26} {shape:>11} {count_parameters(model):>14,} {gflops:>9.2f}"
         )
     return 0

@@ -137,7 +137,8 @@ def lsr_accuracy(
 
 def _small_blas() -> contextlib.AbstractContextManager:
     """One BLAS thread for these small solves (a 193 x 193 eigh): on a shared, busy CPU, OpenBLAS threads
-    contending with the training process make them 10-50x slower. Uses threadpoolctl when installed."""
+    contending with the training process wait for each other far longer than the solve takes. Uses threadpoolctl
+    when installed."""
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:

@@ -91,9 +91,9 @@ class Attention(nn.Module):
 
 def fused_attention_pays(q: torch.Tensor) -> bool:
     """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its kernel
-    pays only without gradients and with AMX tiles: without AMX it takes as long as in float32, and forward and
-    backward it takes 2-5x as long as two batched bf16 products and a softmax, as timm's and torchvision's unfused
-    attention compute (benchmarks/cpu_attention_kernels.py)."""
+    pays only without gradients and with AMX tiles: without AMX it gains nothing over float32, and forward and
+    backward it is slower than two batched bf16 products and a softmax, as timm's and torchvision's unfused
+    attention compute (benchmarks/cpu_attention_kernels.py measures both; docs/PRECISION.md has the figures)."""
     if q.device.type != "cpu" or q.dtype != torch.bfloat16:
         return True
     return has_amx_tiles() and not q.requires_grad
