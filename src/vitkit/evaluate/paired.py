@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from vitkit.data import ImageDataset, eval_transform
+from vitkit.models import as_model
 from vitkit.precision import Precision
 
 
@@ -72,7 +73,7 @@ def predictions(
 ) -> torch.Tensor:
     """The top-1 class [N] of every image of an in-memory split, with the evaluation preprocessing at the model's
     own resolution (so a 28x28 run and its 56x56 fine-tuning compare directly), inferred in `precision`."""
-    config = model.config  # type: ignore[attr-defined]
+    config = as_model(model).config
     top1 = []
     with precision.inference(model) as inferred:
         for chunk in torch.arange(len(dataset)).split(batch_size):
