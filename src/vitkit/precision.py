@@ -54,7 +54,7 @@ NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matr
 WARMUP_CALLS = 2
 MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
-FEW_IMAGES = 8  # inference batches up to this size are decided without measuring
+FEW_IMAGES = 4  # inference batches up to this size are decided without measuring
 FEW_IMAGES_BF16_PARAMS = 50_000_000  # ...in bf16 from this size (ViT-B/16: 86M; ViT-S/16: 22M)
 
 Step = Callable[
