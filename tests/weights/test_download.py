@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from vitkit import cli, create_model, export_npz, load_weights, to_timm
+from vitkit.models import model_config
 from vitkit.weights import download, hub
+from vitkit.weights.build import infer_vit_config
 
 TINY = dict(img_size=28, num_classes=5, activation="gelu_tanh", layer_norm_eps=1e-6)
 PATH = "/models/tiny.npz"
@@ -163,26 +165,43 @@ def test_create_model_with_pretrained_weights_for_fine_tuning(served, tiny, imag
         create_model("ViT-S/16", pretrained=url)
 
 
+def hub_snapshot(cache: Path, repo_id: str, files: dict[str, bytes]) -> None:
+    """The layout huggingface_hub leaves after a download: models--<org>--<name>/snapshots/<rev>/, refs/main."""
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    for name, data in files.items():
+        (repo / "snapshots" / revision / name).write_bytes(data)
+
+
 def test_a_hub_id_loads_from_a_prefilled_cache_offline(tmp_path, monkeypatch, images):
     constants = pytest.importorskip("huggingface_hub.constants")
     torch.manual_seed(0)
     model = create_model("ViT-Mini/4", img_size=28, num_classes=5, layer_norm_eps=1e-6).eval()
     timm_model = to_timm(model)
-    revision = "0123456789abcdef0123456789abcdef01234567"
-    repo = tmp_path / "hub" / "models--timm--vit_mini_patch4_28.test"
-    snapshot = repo / "snapshots" / revision
-    snapshot.mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(revision)
-    save_file({k: v.contiguous() for k, v in timm_model.state_dict().items()}, snapshot / "model.safetensors")
+    state = {k: v.contiguous() for k, v in timm_model.state_dict().items()}
     config = {"architecture": "vit_mini_patch4_28", "num_classes": 5, "model_args": {"num_heads": 3},
               "pretrained_cfg": {"input_size": [3, 28, 28]}}  # fmt: skip
-    (snapshot / "config.json").write_text(json.dumps(config))
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    pickled = io.BytesIO()
+    torch.save(state, pickled)
+    hub_snapshot(
+        tmp_path,
+        "timm/mini.safetensors",
+        {"model.safetensors": save(state), "config.json": json.dumps(config).encode()},
+    )
+    hub_snapshot(
+        tmp_path,
+        "timm/mini.pickle",
+        {"pytorch_model.bin": pickled.getvalue(), "config.json": json.dumps(config).encode()},
+    )
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    loaded = load_weights("hf-hub:timm/vit_mini_patch4_28.test")
     with torch.no_grad():
-        assert torch.allclose(loaded(images), timm_model(images), atol=1e-5)
+        expected = timm_model(images)
+        for repo in ("timm/mini.safetensors", "timm/mini.pickle"):
+            assert torch.allclose(load_weights(f"hf-hub:{repo}")(images), expected, atol=1e-5), repo
     with pytest.raises(FileNotFoundError, match=r"^hf-hub:timm/absent: not in the Hugging Face cache"):
         load_weights("hf-hub:timm/absent")
 
@@ -192,3 +211,18 @@ def test_the_progress_bar_shows_the_bytes(served, monkeypatch):
     monkeypatch.setattr("sys.stderr", err)
     download.fetch(served.url(PATH))
     assert "tiny.npz" in err.getvalue() and "100%" in err.getvalue()
+
+
+@pytest.mark.parametrize("entry", hub.PRETRAINED.values(), ids=lambda e: e.name)
+def test_every_name_accepts_a_file_of_its_model_only(entry):
+    """What a file of the named model loads as (its config inferred from tensor shapes, as for the real file,
+    here of a model built on the meta device) passes the name's check; one of other classes does not."""
+    heads = model_config(entry.model).num_heads
+
+    def loaded(num_classes: int):
+        model = create_model(entry.model, img_size=entry.img_size, num_classes=num_classes, device="meta")
+        return infer_vit_config(model.state_dict(), entry.name, num_heads=heads)
+
+    hub.check_named(entry, loaded(entry.num_classes), {})
+    with pytest.raises(ValueError, match=f"num_classes 7 \\(expected {entry.num_classes}\\)"):
+        hub.check_named(entry, loaded(7), {})

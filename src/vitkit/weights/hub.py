@@ -69,44 +69,44 @@ def base_url() -> str:
     return os.environ.get(BASE_URL_ENV, "").rstrip("/") or OFFICIAL_BASE_URL
 
 
+def _entry(name: str, model: str, file: str, release: str, fine_tuned_at: int | None) -> Pretrained:
+    """ImageNet-21k pre-training at 224 px; `fine_tuned_at`: the resolution of the ImageNet-1k fine-tuning."""
+    return Pretrained(
+        name=name,
+        model=model,
+        file=file,
+        release=release,
+        pretraining=I21K,
+        fine_tuning=I1K if fine_tuned_at else None,
+        img_size=fine_tuned_at or 224,
+        num_classes=I1K_CLASSES if fine_tuned_at else I21K_CLASSES,
+    )
+
+
+# The paper's release: ImageNet-21k pre-training; ImageNet-1k fine-tunings at 384 (and at 224 for B/16, L/16).
+_ORIGINAL = {
+    "ViT-B/16": ("ViT-B_16", (384, 224)),
+    "ViT-B/32": ("ViT-B_32", (384,)),
+    "ViT-L/16": ("ViT-L_16", (384, 224)),
+    "ViT-L/32": ("ViT-L_32", (384,)),
+    "ViT-H/14": ("ViT-H_14", ()),
+    "R50+ViT-B/16": ("R50+ViT-B_16", (384,)),
+}
+
+
 def _original() -> list[Pretrained]:
-    """The paper's release: ImageNet-21k pre-training at 224, ImageNet-1k fine-tuning at 384 (and at 224)."""
     entries = []
-    for model, file in (
-        ("ViT-B/16", "ViT-B_16"),
-        ("ViT-B/32", "ViT-B_32"),
-        ("ViT-L/16", "ViT-L_16"),
-        ("ViT-L/32", "ViT-L_32"),
-        ("ViT-H/14", "ViT-H_14"),
-        ("R50+ViT-B/16", "R50+ViT-B_16"),
-    ):
-        entries.append(
-            Pretrained(
-                f"{model}-i21k", model, f"imagenet21k/{file}.npz", "original", I21K, None, 224, I21K_CLASSES
-            )  # fmt: skip
-        )
-        if model == "ViT-H/14":  # published pre-trained only
-            continue
-        for res, suffix in ((384, ""), (224, "-224")):
-            if res == 224 and model not in ("ViT-B/16", "ViT-L/16"):
-                continue
-            entries.append(
-                Pretrained(
-                    f"{model}-i21k-in1k-{res}",
-                    model,
-                    f"imagenet21k+imagenet2012/{file}{suffix}.npz",
-                    "original",
-                    I21K,
-                    I1K,
-                    res,
-                    I1K_CLASSES,
-                )  # fmt: skip
-            )
+    for model, (file, resolutions) in _ORIGINAL.items():
+        entries.append(_entry(f"{model}-i21k", model, f"imagenet21k/{file}.npz", "original", None))
+        for res in resolutions:
+            suffix = "-224" if res == 224 else ""
+            tuned = f"imagenet21k+imagenet2012/{file}{suffix}.npz"
+            entries.append(_entry(f"{model}-i21k-in1k-{res}", model, tuned, "original", res))
     return entries
 
 
-# AugReg: the pre-training run timm and the paper's authors recommend per model (its hyper-parameters are in the
-# file name), and its ImageNet-1k fine-tunings at 224 and 384 (B/32 at 384 comes from another pre-training run).
+# AugReg: per model, the pre-training run the AugReg paper recommends (its hyper-parameters are in the file name),
+# and its ImageNet-1k fine-tunings at 224 and 384 with their learning rate (B/32 at 384: another pre-training run).
 _AUGREG_RUN = {
     "ViT-Ti/16": ("Ti_16", "aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
     "ViT-S/32": ("S_32", "aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03"),
@@ -122,21 +122,13 @@ def _augreg() -> list[Pretrained]:
     entries = []
     for model, (size, run, lr) in _AUGREG_RUN.items():
         pretraining = f"augreg/{size}-i21k-300ep-lr_0.001-{run}"
-        entries.append(
-            Pretrained(
-                f"{model}-augreg-i21k", model, f"{pretraining}.npz", "augreg", I21K, None, 224, I21K_CLASSES
-            )  # fmt: skip
-        )
+        entries.append(_entry(f"{model}-augreg-i21k", model, f"{pretraining}.npz", "augreg", None))
         for res in (224, 384):
             source = pretraining
             if model == "ViT-B/32" and res == 384:
                 source = f"augreg/{size}-i21k-300ep-lr_0.001-{_AUGREG_B32_384}"
-            file = f"{source}--imagenet2012-steps_20k-lr_{lr}-res_{res}.npz"
-            entries.append(
-                Pretrained(
-                    f"{model}-augreg-i21k-in1k-{res}", model, file, "augreg", I21K, I1K, res, I1K_CLASSES
-                )  # fmt: skip
-            )
+            tuned = f"{source}--imagenet2012-steps_20k-lr_{lr}-res_{res}.npz"
+            entries.append(_entry(f"{model}-augreg-i21k-in1k-{res}", model, tuned, "augreg", res))
     return entries
 
 
@@ -204,18 +196,21 @@ def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
         )
     try:  # optional (extra 'hub'): only Hub ids need it
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
     except ImportError:
         raise ValueError(f"{spec}: Hub ids need huggingface_hub (pip install 'vitkit[hub]')") from None
     local_only = offline()
     try:
-        weights = Path(hf_hub_download(repo, "model.safetensors", local_files_only=local_only))
         config_file = Path(hf_hub_download(repo, "config.json", local_files_only=local_only))
+        try:
+            weights = Path(hf_hub_download(repo, "model.safetensors", local_files_only=local_only))
+        except EntryNotFoundError:  # older timm uploads: a torch pickle (read with weights_only=True)
+            weights = Path(hf_hub_download(repo, "pytorch_model.bin", local_files_only=local_only))
     except LocalEntryNotFoundError:
         raise FileNotFoundError(
             f"{spec}: not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE / VITKIT_OFFLINE)"
         ) from None
-    except HfHubHTTPError as error:
+    except (EntryNotFoundError, HfHubHTTPError) as error:
         raise FileNotFoundError(f"{spec}: {str(error).splitlines()[0]}") from None
     return weights, timm_hints(config_file)
 

@@ -72,7 +72,7 @@ def load_weights(
     )
     hints = {"img_size": source_img_size} if source_img_size is not None else {}
     spec = os.fspath(path)
-    entry = hub.find(spec) if isinstance(spec, str) else None
+    entry = hub.find(spec) if isinstance(spec, str) and not os.path.exists(spec) else None  # a path wins
     if entry is not None:
         model = load_weights(
             hub.fetch_named(entry), format=format, source_img_size=source_img_size, **options
