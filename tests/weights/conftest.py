@@ -64,6 +64,7 @@ class FileServer(ThreadingHTTPServer):
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
         self.drop_once: set[str] = set()
         self.delay_s = 0.0
+        self.ranges = True  # False: answer a Range request with the whole file, as some servers do
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}{path}"
@@ -80,6 +81,7 @@ class _FileHandler(BaseHTTPRequestHandler):
         if data is None:
             self.send_error(404)
             return
+        ranged = ranged if self.server.ranges else None
         start = int(ranged.removeprefix("bytes=").rstrip("-")) if ranged else 0
         body = data[start:]
         self.send_response(206 if ranged else 200)

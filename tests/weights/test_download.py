@@ -82,6 +82,15 @@ def test_a_part_file_left_by_an_earlier_call_is_resumed(served):
     assert not part.exists()
 
 
+def test_a_server_without_ranges_sends_the_whole_file_again(served):
+    url = served.url(PATH)
+    part = download.cache_path(url).with_name("tiny.npz.part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_bytes(b"x" * 1000)  # not even a prefix: kept only if the server resumes
+    served.ranges = False
+    assert download.fetch(url, progress=False).read_bytes() == served.files[PATH]
+
+
 def test_a_corrupted_cached_file_is_detected_and_fetched_again(served, tiny, images, capsys):
     url = served.url(PATH)
     path = download.fetch(url, progress=False)
