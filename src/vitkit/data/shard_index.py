@@ -55,6 +55,8 @@ def find_shards(location: str | os.PathLike, split: str) -> ShardIndex:
     text = os.path.expanduser(os.fspath(location))
     if (Path(text) / INFO_NAME).is_file():
         return packed_index(Path(text), split)
+    if not glob.has_magic(text) and "{" not in text and not os.path.exists(text):
+        raise FileNotFoundError(f"{text}: no such directory")
     splits = split_files(text)
     if not splits:
         raise FileNotFoundError(
