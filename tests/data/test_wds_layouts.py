@@ -67,8 +67,8 @@ def test_split_names_in_file_names_and_brace_patterns(tmp_path):
     assert evaluation.split == "validation" and [p.name for p in evaluation.paths] == [
         "data-validation-0000.tar"
     ]
-    placeholder = ShardSource(str(tmp_path / "data-{split}-*.tar"), "train")
-    assert placeholder.paths == train.paths
+    placeholder = open_source(f"wds:{tmp_path}/data-{{split}}-*.tar", "train")  # data.source as written
+    assert isinstance(placeholder, ShardSource) and placeholder.paths == train.paths
     only_first = ShardSource(str(tmp_path / "data-train-{0000,0009}.tar"), "train")
     assert len(only_first) == 5
     write_split(str(tmp_path / "plain-%04d.tar"), 3)  # a pattern without a split name: the training split
