@@ -235,3 +235,24 @@ def test_every_name_accepts_a_file_of_its_model_only(entry):
     hub.check_named(entry, loaded(entry.num_classes), {})
     with pytest.raises(ValueError, match=f"num_classes 7 \\(expected {entry.num_classes}\\)"):
         hub.check_named(entry, loaded(7), {})
+
+
+def test_the_weights_command_lists_gets_and_locates(served, capsys):
+    assert cli.main(["weights", "list", "vit-b/16-i21k*"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == [
+        "ViT-B/16-i21k",
+        "ViT-B/16-i21k-in1k-384",
+        "ViT-B/16-i21k-in1k-224",
+    ]
+    assert rows[1].split()[1:] == ["ViT-B/16", "ImageNet-21k", "ImageNet-1k", "384", "1000"]  # not cached
+    url = served.url(PATH)
+    assert cli.main(["weights", "get", "--quiet", url]) == 0
+    assert (
+        capsys.readouterr().out.strip() == str(download.cache_path(url))
+        and download.cache_path(url).is_file()
+    )
+    assert cli.main(["weights", "list", "nothing*"]) == 2
+    assert "no checkpoint name matches 'nothing*'" in capsys.readouterr().err
+    assert cli.main(["weights", "get", "no-such-name"]) == 2
+    assert "no-such-name: not a checkpoint name" in capsys.readouterr().err
