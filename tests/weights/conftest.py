@@ -83,6 +83,9 @@ class _FileHandler(BaseHTTPRequestHandler):
             return
         ranged = ranged if self.server.ranges else None
         start = int(ranged.removeprefix("bytes=").rstrip("-")) if ranged else 0
+        if start >= len(data) > 0:
+            self.send_error(416)
+            return
         body = data[start:]
         self.send_response(206 if ranged else 200)
         if ranged:

@@ -91,6 +91,15 @@ def test_a_server_without_ranges_sends_the_whole_file_again(served):
     assert download.fetch(url, progress=False).read_bytes() == served.files[PATH]
 
 
+def test_a_part_file_longer_than_the_file_is_fetched_afresh(served):
+    url = served.url(PATH)
+    part = download.cache_path(url).with_name("tiny.npz.part")
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_bytes(served.files[PATH] + b"stale")  # the server answers its Range with 416
+    assert download.fetch(url, progress=False).read_bytes() == served.files[PATH]
+    assert [r for _, r in served.requests] == [f"bytes={len(served.files[PATH]) + 5}-", None]
+
+
 def test_a_corrupted_cached_file_is_detected_and_fetched_again(served, tiny, images, capsys):
     url = served.url(PATH)
     path = download.fetch(url, progress=False)

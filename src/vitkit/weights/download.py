@@ -161,9 +161,10 @@ def _transfer(url: str, handle: BinaryIO, timeout: float, progress: bool) -> Non
     try:
         response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as error:
-        if error.code == 416 and start:  # the .part is no prefix of the file as served now: start over
+        if error.code == 416 and start:  # nothing after the .part's end: it is stale or complete; start over
+            handle.seek(0)
             handle.truncate(0)
-            raise Interrupted("the server refused to resume (HTTP 416); starting over") from None
+            return _transfer(url, handle, timeout, progress)
         if error.code in (404, 410):
             raise FileNotFoundError(f"{url}: HTTP {error.code} {error.reason} (no such file there)") from None
         raise ConnectionError(f"{url}: HTTP {error.code} {error.reason}") from None
