@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,12 @@ def test_the_weights_command_lists_gets_and_locates(served, capsys):
     assert "no checkpoint name matches 'nothing*'" in capsys.readouterr().err
     assert cli.main(["weights", "get", "no-such-name"]) == 2
     assert "no-such-name: not a checkpoint name" in capsys.readouterr().err
+
+
+def test_two_fetches_of_one_file_take_turns(served):
+    served.delay_s = 0.3  # the first is still downloading when the second asks
+    url = served.url(PATH)
+    with ThreadPoolExecutor(2) as pool:
+        paths = list(pool.map(lambda _: download.fetch(url, progress=False), range(2)))
+    assert paths[0] == paths[1] and paths[0].read_bytes() == served.files[PATH]
+    assert len(served.requests) == 1  # the second found the first's file
