@@ -14,25 +14,11 @@ from __future__ import annotations
 import argparse
 
 import torch
-from scipy.stats import binomtest
 
 import vitkit
-from vitkit.data import eval_transform, load_dataset
+from vitkit.data import load_dataset
+from vitkit.evaluate.paired import paired_test, predictions
 from vitkit.precision import choose_precision
-
-
-@torch.no_grad()
-def predictions(weights: str, dataset, precision: str = "fp32", batch_size: int = 500) -> torch.Tensor:
-    """The top-1 class [N] of every test image, inferred in `precision` as `vitkit eval` does."""
-    model = vitkit.load_weights(weights).eval()
-    cfg = model.config
-    chosen = choose_precision(precision, "cpu")
-    top1 = []
-    with chosen.inference(model):
-        for chunk in torch.arange(len(dataset)).split(batch_size):
-            logits = model(eval_transform(dataset.images[chunk], cfg.img_size, cfg.in_chans))
-            top1.append(logits.argmax(-1))
-    return torch.cat(top1)
 
 
 def main() -> None:
@@ -55,16 +41,14 @@ def main() -> None:
         parser.error(f"--precision takes two of fp32, bf16 separated by a comma, got {args.precision!r}")
     test = load_dataset(args.data, "test")
     first, second = (
-        predictions(w, test, p) for w, p in zip((args.first, args.second), precisions, strict=True)
+        predictions(vitkit.load_weights(w).eval(), test, choose_precision(p, "cpu"))
+        for w, p in zip((args.first, args.second), precisions, strict=True)
     )
-    a, b = first == test.labels, second == test.labels
-    only_a, only_b = int((a & ~b).sum()), int((~a & b).sum())
-    p = binomtest(only_a, only_a + only_b).pvalue if only_a + only_b else 1.0
     same = int((first == second).sum())
     print(
-        f"{args.first} ({precisions[0]}): {100 * a.float().mean():.2f}%  {args.second} ({precisions[1]}): "
-        f"{100 * b.float().mean():.2f}%  ({len(test)} images; only the first right: {only_a}, only the second: "
-        f"{only_b}; exact McNemar p = {p:.3f}; same top-1 class: {same} = {100 * same / len(test):.2f}%)"
+        f"{args.first} ({precisions[0]}) against {args.second} ({precisions[1]}): "
+        f"{paired_test(first, second, test.labels).describe()}; same top-1 class: {same} = "
+        f"{100 * same / len(test):.2f}%"
     )
 
 

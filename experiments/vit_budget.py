@@ -13,6 +13,7 @@ measure them, the curve is validation accuracy, and the test accuracy is still r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,26 +41,31 @@ MARGIN = 0.97  # of the budget the run is sized to end at: speeds vary a little 
 EVALUATIONS = 10
 
 
-def common_args(model: Family, args: Any) -> list[str]:
-    """Overrides of both the probe and the run: the recipe, processes, the validation split, --tiny models."""
+def common_args(model: Family, args: Any, extra: Sequence[str] = ()) -> list[str]:
+    """Overrides of both the probe and the run: the recipe, processes, the validation split, `extra` overrides,
+    --tiny models."""
     out = [
         "--config",
         str(CONFIGS / model.recipe),
         f"train.processes={args.processes}",
         f"train.precision={args.precision}",
         f"data.val_split={args.val_split}",
+        *extra,
     ]
     return out + ([*model.tiny, *TINY_RUN] if args.tiny else [])
 
 
-def probe(model: Family, args: Any, steps: int) -> tuple[float, float]:
-    """A short run of the recipe with its final evaluation only: its wall and training-step seconds."""
-    run_dir = Path(args.out) / f"probe_{run_name(model)}_{steps}"
+def probe(
+    model: Family, args: Any, steps: int, name: str = "", extra: Sequence[str] = ()
+) -> tuple[float, float]:
+    """A short run of the recipe (with `extra` overrides) with its final evaluation only: its wall and
+    training-step seconds."""
+    run_dir = Path(args.out) / f"probe_{name or run_name(model)}_{steps}"
     report = run_vitkit(
         "train",
         run_dir,
         [
-            *common_args(model, args),
+            *common_args(model, args, extra),
             f"train.steps={steps}",
             f"optim.warmup_steps={max(1, steps // 10)}",
             "train.eval_every=0",
@@ -70,14 +76,14 @@ def probe(model: Family, args: Any, steps: int) -> tuple[float, float]:
     return report["wall_seconds"], steps * batch_size / report["images_per_second"]
 
 
-def sized_steps(model: Family, args: Any) -> int:
+def sized_steps(model: Family, args: Any, name: str = "", extra: Sequence[str] = ()) -> int:
     """Training steps that end the run, its evaluations included, at MARGIN of the budget.
 
     Two probes of n and 2n steps: the difference of their wall times is n steady steps (start-up, the final
     evaluation and checkpoint cancel); what the short probe spent outside its steps is one evaluation and
     checkpoint, which the run pays EVALUATIONS times."""
     n = args.probe_steps
-    (short_wall, short_train), (long_wall, _) = probe(model, args, n), probe(model, args, 2 * n)
+    (short_wall, short_train), (long_wall, _) = (probe(model, args, k, name, extra) for k in (n, 2 * n))
     step_seconds = max(long_wall - short_wall, 1e-6) / n
     evaluation_seconds = max(short_wall - short_train, 0.0)
     fixed = short_train - n * step_seconds  # the first steps' warm-up, which the steady steps lack

@@ -141,3 +141,39 @@ def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_p
             if "val_top1" in x
         ]
         assert len(curve) >= 2 and markdown_table(["m", "a"], curve).split("\n", 2)[2] in text
+
+
+@pytest.mark.slow
+def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by_seed(tmp_path, monkeypatch):
+    """A 2 x 2 grid with two shapes per family (the full grid's plumbing is the same), then the final stage."""
+    from experiments import small_data_study as study
+
+    monkeypatch.setattr(study, "AUGMENTATION", {k: study.AUGMENTATION[k] for k in ("none", "light")})
+    monkeypatch.setattr(
+        study,
+        "REGULARISATION",
+        {f: {k: r[k] for k in ("none", "heavy")} for f, r in study.REGULARISATION.items()},
+    )
+    monkeypatch.setattr(study, "SHAPES", {f: dict(list(s.items())[:2]) for f, s in study.SHAPES.items()})
+    common = ["--out", str(tmp_path), "--tiny", "--probe-steps", "2", "--processes", "1"]
+    text = check_outputs(study.main([*common, "--short-minutes", "0.005", "--val-split", "100"]))
+    choices = json.loads((tmp_path / "choices.json").read_text())
+    for family in (study.VIT, study.RESNET):
+        cells = study.grid(family)
+        reports = {c: report(tmp_path / c.name) for c in cells}
+        best = max(cells, key=lambda c: reports[c]["val_top1"])
+        variants = study.shapes(best)
+        chosen = max(variants, key=lambda c: report(tmp_path / c.name)["val_top1"])
+        assert choices[family.name]["shape"] == chosen.shape
+        assert (choices[family.name]["augmentation"], choices[family.name]["regularisation"]) == (
+            best.augmentation,
+            best.regularisation,
+        )
+    rows = table_rows(text)[1:]  # below the header: one per distinct run
+    assert sum(row[0].endswith("(chosen)") for row in rows) == 2
+    assert len(rows) == sum(
+        len(study.grid(f)) + len(study.shapes(study.grid(f)[0])) - 1 for f in (study.VIT, study.RESNET)
+    )
+    md = study.main([*common, "--budget-minutes", "0.005", "--seeds", "2", "--final"])
+    final = check_outputs(md)
+    assert final.count("exact McNemar p = ") == 2 and "time to 92%" in final  # one test per seed pair

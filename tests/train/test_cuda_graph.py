@@ -25,6 +25,9 @@ def test_auto_captures_a_one_process_classification_run_on_cuda_only():
     assert not use_cuda_graph(auto, CUDA, "ddp")
     assert not use_cuda_graph(dataclasses.replace(auto, objective="mpp"), CUDA, "none")
     assert not use_cuda_graph(dataclasses.replace(auto, cuda_graph="off"), CUDA, "none")
+    assert not use_cuda_graph(dataclasses.replace(auto, compile=True), CUDA, "none")  # inductor syncs
+    with pytest.raises(ValueError, match="train.compile: inductor"):
+        use_cuda_graph(dataclasses.replace(auto, compile=True, cuda_graph="on"), CUDA, "none")
 
 
 def test_on_refuses_a_run_it_cannot_capture_in_one_line(tmp_path, tiny, capsys):

@@ -8,10 +8,10 @@ import time
 import pytest
 import torch
 from PIL import Image
+from torchvision.datasets import FashionMNIST
 
-from vitkit import cli
+from vitkit import cli, from_pretrained
 from vitkit.data.lazy import LazySource
-from vitkit.models import build_model, config_from_dict
 from vitkit.storage import load_state_dict, read_config
 from vitkit.train import engine
 
@@ -49,9 +49,9 @@ def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000040", "step_00000060"]
     evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "test_top1" in r]
     assert [r["step"] for r in evals] == [30, 60]
-    model = build_model(config_from_dict(read_config(out / "final")))
-    model.load_state_dict(load_state_dict(out / "final" / "model.safetensors"))
+    model = from_pretrained(out / "final")
     assert model.config.in_chans == 1 and model.config.num_classes == 10
+    assert model.class_names == list(FashionMNIST.classes)  # the data's names, for predict and eval
 
 
 def test_eval_prints_the_runs_accuracy_and_writes_a_confusion_matrix(trained, tmp_path, capsys):

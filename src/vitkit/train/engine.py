@@ -504,8 +504,8 @@ def build_train_step(
 
 
 def use_cuda_graph(train: TrainSection, device: torch.device, strategy: str) -> bool:
-    """train.cuda_graph for this run: 'auto' captures a classification step in one process on CUDA; 'on'
-    refuses what it cannot capture (another device, several processes, masked patch prediction)."""
+    """train.cuda_graph for this run: 'auto' captures an uncompiled classification step in one process on CUDA;
+    'on' refuses what it cannot capture (another device, several processes, masked patch prediction, compile)."""
     if train.cuda_graph == "off":
         return False
     why_not = (
@@ -515,6 +515,8 @@ def use_cuda_graph(train: TrainSection, device: torch.device, strategy: str) -> 
         if strategy != "none"
         else "train.objective='mpp' draws its corruption with data-dependent shapes"
         if train.objective != "classification"
+        else "train.compile: inductor times its kernel choices with synchronisations, which a capture forbids"
+        if train.compile
         else ""
     )
     if why_not and train.cuda_graph == "on":

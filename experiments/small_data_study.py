@@ -1,0 +1,299 @@
+"""A ViT that wins on small data: "How to train your ViT?" (Steiner et al., AugReg) in miniature on Fashion-MNIST,
+with the BiT ResNet tuned by the same procedure on the same budget.
+
+Stage 1, the grid (choices on a validation split, never the test set): every run gets the same short wall-clock
+budget (its steps sized from probes of its own speed, so slower augmentation costs steps, as it would cost a user
+time). The ViT of configs/fashion_mnist_vit_budget.toml and the ResNet of configs/fashion_mnist_resnet.toml each
+run augmentation (none, light, medium, heavy) x regularisation (none, light, medium, heavy); then, at each
+family's best cell, its shapes at about equal compute (ViT: width, depth, patch 2/4/7, and the paper's own
+convolutional stem, the R50 hybrid; ResNet: depth and width). The best of each family is written to choices.json.
+
+Stage 2 (--final): the two choices at the full budget, three seeds each, trained on the whole training set:
+test top-1 mean and spread, the exact McNemar test of each seed pair, and time to 90% and 92% test top-1.
+
+    python -m experiments.small_data_study --out runs/small_data              # stage 1 (prints its time first)
+    python -m experiments.small_data_study --out runs/small_data --final      # stage 2: 2 x 3 x 30 min
+    python -m experiments.small_data_study --tiny --short-minutes 0.01 ...    # plumbing check in seconds
+
+Runs already finished in --out are read, not repeated, and a stopped one resumes, so a stage may span sittings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+import vitkit
+from experiments import vit_budget
+from experiments.common import HYBRID, RESNET, Family, evaluations, percent, run_vitkit, write_results
+from vitkit.data import load_dataset
+from vitkit.evaluate.paired import paired_test, predictions
+from vitkit.flops import count_flops
+from vitkit.precision import choose_precision
+
+VIT = vit_budget.VIT_BUDGET
+AUGMENTATION = {  # AugReg's axis: none, light (crops and flips), medium (+ Mixup), heavy (+ RandAugment, CutMix)
+    "none": ("data.crop=none", "data.flip=false", "data.mixup=0", "data.cutmix=0", "data.randaugment=false"),
+    "light": (
+        "data.crop=pad_crop",
+        "data.flip=true",
+        "data.mixup=0",
+        "data.cutmix=0",
+        "data.randaugment=false",
+    ),
+    "medium": (
+        "data.crop=pad_crop",
+        "data.flip=true",
+        "data.mixup=0.2",
+        "data.cutmix=0",
+        "data.randaugment=false",
+    ),
+    "heavy": (
+        "data.crop=pad_crop",
+        "data.flip=true",
+        "data.mixup=0.5",
+        "data.cutmix=1.0",
+        "data.randaugment=true",
+    ),
+}
+REGULARISATION = {  # dropout, stochastic depth and weight decay together, as AugReg varies them
+    VIT.name: {
+        "none": ("model.dropout=0", "model.drop_path=0", "optim.weight_decay=0"),
+        "light": ("model.dropout=0", "model.drop_path=0.05", "optim.weight_decay=0.03"),
+        "medium": ("model.dropout=0.1", "model.drop_path=0.1", "optim.weight_decay=0.05"),
+        "heavy": ("model.dropout=0.1", "model.drop_path=0.2", "optim.weight_decay=0.1"),
+    },
+    RESNET.name: {  # the BiT ResNet has neither dropout nor stochastic depth: weight decay carries it
+        "none": ("optim.weight_decay=0",),
+        "light": ("optim.weight_decay=0.01",),
+        "medium": ("optim.weight_decay=0.05",),
+        "heavy": ("optim.weight_decay=0.2",),
+    },
+}
+SHAPES = {  # at about the recipe's compute (the table prints each one's GFLOPs)
+    VIT.name: {
+        "patch 4, width 96, depth 4 (recipe)": (),
+        "patch 4, width 64, depth 9": ("model.hidden_size=64", "model.num_heads=2", "model.mlp_dim=128", "model.depth=9"),
+        "patch 4, width 136, depth 2": ("model.hidden_size=136", "model.num_heads=4", "model.mlp_dim=272", "model.depth=2"),
+        "patch 7, width 192, depth 3": ("model.patch_size=7", "model.hidden_size=192", "model.num_heads=6", "model.mlp_dim=384", "model.depth=3"),
+        "patch 2, width 48, depth 4": ("model.patch_size=2", "model.hidden_size=48", "model.num_heads=2", "model.mlp_dim=96"),
+    },
+    RESNET.name: {
+        "2 stages of 2 units (recipe)": (),
+        "3 stages of 1 unit": ("model.layers=[1, 1, 1]",),
+        "2 stages of 3 units": ("model.layers=[3, 3]",),
+        "1 stage of 2 units, width x2": ("model.layers=[2]", "model.width_factor=2"),
+    },
+}  # fmt: skip
+HYBRID_SHAPE = "R50 stem + ViT (the paper's hybrid)"
+SEEDS = (0, 1, 2)
+TARGETS = (90.0, 92.0)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid: a family's recipe with its augmentation, regularisation and shape overrides."""
+
+    family: Family
+    augmentation: str
+    regularisation: str
+    shape: str
+
+    @property
+    def name(self) -> str:
+        words = (self.family.recipe.removesuffix(".toml"), self.augmentation, self.regularisation, self.shape)
+        return "_".join("".join(c if c.isalnum() else "-" for c in w) for w in words)
+
+    @property
+    def speed_name(self) -> str:
+        """What its speed probes are named: regularisation costs next to nothing, so cells differing only in it
+        share them."""
+        return self.name.replace(f"_{self.regularisation}_", "_")
+
+    @property
+    def overrides(self) -> tuple[str, ...]:
+        shapes = SHAPES.get(self.family.name, {})
+        shape = shapes.get(self.shape, ())
+        return (
+            *AUGMENTATION[self.augmentation],
+            *REGULARISATION[self.family.name][self.regularisation],
+            *shape,
+        )
+
+    @property
+    def recipe_family(self) -> Family:
+        return HYBRID if self.shape == HYBRID_SHAPE else self.family
+
+
+def grid(family: Family) -> list[Cell]:
+    recipe_shape = next(iter(SHAPES[family.name]))
+    return [Cell(family, a, r, recipe_shape) for a in AUGMENTATION for r in REGULARISATION[family.name]]
+
+
+def shapes(best: Cell) -> list[Cell]:
+    names = [*SHAPES[best.family.name]] + ([HYBRID_SHAPE] if best.family is VIT else [])
+    return [Cell(best.family, best.augmentation, best.regularisation, name) for name in names]
+
+
+def train_cell(cell: Cell, args: argparse.Namespace, minutes: float, seed: int = 0, name: str = "") -> dict:
+    """Train `cell` for `minutes` of this machine (steps sized from probes of its speed, which cells of other
+    regularisation and its final runs share); returns the report of run directory `name` (default: the cell's)."""
+    timed = argparse.Namespace(**{**vars(args), "budget_minutes": minutes})
+    family = cell.recipe_family
+    steps = vit_budget.sized_steps(family, timed, cell.speed_name, cell.overrides)
+    overrides = [
+        *vit_budget.common_args(family, timed, cell.overrides),
+        f"train.seed={seed}",
+        f"train.steps={steps}",
+        f"optim.warmup_steps={max(1, steps // 20)}",
+        f"train.eval_every={max(1, steps // vit_budget.EVALUATIONS)}",
+        f"train.checkpoint_every={max(1, steps // 4)}",
+    ]
+    return run_vitkit("train", Path(args.out) / (name or cell.name), overrides)
+
+
+def best_of(cells: list[Cell], reports: dict[Cell, dict]) -> Cell:
+    """The cell with the highest validation top-1 (the test set never chooses)."""
+    return max(cells, key=lambda cell: reports[cell]["val_top1"])
+
+
+def gflops(run_dir: Path) -> float:
+    """Forward GFLOPs per image (every token) of the model a run trained."""
+    model = vitkit.load_weights(run_dir)
+    return count_flops(model, model.config.input_size, every_token=True) / 1e9
+
+
+def run_grid(args: argparse.Namespace) -> Path:
+    reports: dict[Cell, dict] = {}
+    chosen: dict[str, Cell] = {}
+    for family in (VIT, RESNET):
+        cells = grid(family)
+        for cell in cells:
+            reports[cell] = train_cell(cell, args, args.short_minutes)
+        best = best_of(cells, reports)
+        variants = shapes(best)
+        for cell in variants:
+            reports[cell] = reports.get(cell) or train_cell(cell, args, args.short_minutes)
+        chosen[family.name] = best_of(variants, reports)
+    choices = {name: {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
+                      "overrides": list(cell.overrides)} for name, cell in chosen.items()}  # fmt: skip
+    (Path(args.out) / "choices.json").write_text(json.dumps(choices, indent=1) + "\n")
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    header = [
+        "family",
+        "augmentation",
+        "regularisation",
+        "shape",
+        "GFLOPs",
+        "steps",
+        "validation top-1",
+        "test top-1",
+    ]
+    rows = []
+    for ax, family in zip(axes, (VIT, RESNET), strict=True):
+        regs = list(REGULARISATION[family.name])
+        table = [[100 * reports[Cell(family, a, r, grid(family)[0].shape)]["val_top1"] for r in regs]
+                 for a in AUGMENTATION]  # fmt: skip
+        image = ax.imshow(table, cmap="viridis")
+        for i, j in itertools.product(range(len(table)), range(len(regs))):
+            ax.text(j, i, f"{table[i][j]:.2f}", ha="center", va="center", color="w", fontsize=9)
+        ax.set(xticks=range(len(regs)), xticklabels=regs, yticks=range(len(AUGMENTATION)),
+               yticklabels=list(AUGMENTATION), xlabel="regularisation", ylabel="augmentation",
+               title=f"{family.name}: validation top-1 (%)")  # fmt: skip
+        figure.colorbar(image, ax=ax, shrink=0.8)
+    for cell, r in reports.items():
+        mark = " (chosen)" if cell in chosen.values() else ""
+        rows.append([cell.family.name + mark, cell.augmentation, cell.regularisation, cell.shape,
+                     f"{gflops(Path(args.out) / cell.name):.3f}", r["steps"], f"{100 * r['val_top1']:.2f}%",
+                     f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
+    notes = (
+        f"Every run: {args.short_minutes:g} min of this machine (steps sized from probes of "
+        f"{args.probe_steps} and {2 * args.probe_steps} steps, one pair per augmentation and shape), {args.val_split} training images held out for "
+        f"validation, {args.processes} process(es). Augmentation: "
+        + "; ".join(f"{k}: {' '.join(v)}" for k, v in AUGMENTATION.items())
+        + ". Regularisation: "
+        + "; ".join(f"{f} {k}: {' '.join(v)}" for f, regs in REGULARISATION.items() for k, v in regs.items())
+        + ". The test column is shown, never used to choose."
+    )
+    title = f"Augmentation x regularisation x shape at {args.short_minutes:g} minutes a run"
+    return write_results(Path(args.out), "small_data_grid", title, (header, rows), figure, notes)
+
+
+def run_final(args: argparse.Namespace) -> Path:
+    """Each family's chosen cell at the full budget, one run per seed, on the whole training set."""
+    choices = json.loads((Path(args.out) / "choices.json").read_text())
+    final = argparse.Namespace(**{**vars(args), "val_split": 0})  # the test set only reports
+    runs: dict[str, list[Path]] = {}
+    for family in (VIT, RESNET):
+        choice = choices[family.name]
+        cell = Cell(family, choice["augmentation"], choice["regularisation"], choice["shape"])
+        runs[family.name] = []
+        for seed in SEEDS[: args.seeds]:
+            name = f"final_{cell.name}_s{seed}"
+            train_cell(cell, final, args.budget_minutes, seed, name)
+            runs[family.name].append(Path(args.out) / name)
+    return tabulate_final(runs, final)
+
+
+def tabulate_final(runs: dict[str, list[Path]], args: argparse.Namespace) -> Path:
+    test = load_dataset("fashion_mnist", "test")
+    fp32 = choose_precision("fp32", "cpu")
+    top1 = {name: [predictions(vitkit.load_weights(run).eval(), test, fp32) for run in dirs]
+            for name, dirs in runs.items()}  # fmt: skip
+    header = ["model", "test top-1 (mean ± std)", "per seed", *(f"time to {t:g}%" for t in TARGETS)]
+    rows = []
+    figure, ax = plt.subplots(figsize=(7, 4.5))
+    for name, dirs in runs.items():
+        reports = [json.loads((run / "report.json").read_text()) for run in dirs]
+        reached = []
+        for target in TARGETS:
+            times = [next((m for m, a in evaluations(run, "test_top1") if a >= target), None) for run in dirs]
+            reached.append(", ".join("not reached" if t is None else f"{t:.1f} min" for t in times))
+        rows.append([name, percent([r["test_top1"] for r in reports]),
+                     ", ".join(f"{100 * r['test_top1']:.2f}%" for r in reports), *reached])  # fmt: skip
+        for seed, run in enumerate(dirs):
+            points = evaluations(run, "test_top1")
+            ax.plot(*zip(*points, strict=True), "o-", ms=3, label=f"{name} seed {seed}")
+    vit_runs, resnet_runs = top1[VIT.name], top1[RESNET.name]
+    pairs = [paired_test(v, r, test.labels).describe() for v, r in zip(vit_runs, resnet_runs, strict=True)]
+    for target in TARGETS:
+        ax.axhline(target, color="grey", ls="--", lw=1)
+    ax.set(xlabel="engine wall time (minutes)", ylabel="test top-1 (%)", title="The chosen ViT and ResNet")
+    ax.set_ylim(85, 95)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="lower right")
+    notes = "ViT against ResNet, seed by seed (exact McNemar): " + "; ".join(
+        f"seed {s}: {text}" for s, text in enumerate(pairs)
+    )
+    title = f"The chosen recipes at {args.budget_minutes:g} minutes, {len(vit_runs)} seeds"
+    return write_results(Path(args.out), "small_data_final", title, (header, rows), figure, notes)
+
+
+def main(argv: list[str] | None = None) -> Path:
+    p = vit_budget.parser(__doc__.splitlines()[0], "runs/small_data")
+    p.add_argument("--short-minutes", type=float, default=3.0, help="budget of each grid run (default 3)")
+    p.add_argument("--budget-minutes", type=float, default=30.0, help="budget of each final run (default 30)")
+    p.add_argument(
+        "--probe-steps", type=int, default=100, help="steps of the shorter speed probe (n, then 2n)"
+    )
+    p.add_argument("--val-split", type=int, default=5000, help="training images held out to choose on")
+    p.add_argument("--seeds", type=int, default=len(SEEDS), help="final runs per family (default 3)")
+    p.add_argument("--final", action="store_true", help="stage 2: the choices at the full budget")
+    args = p.parse_args(argv)
+    if args.final:
+        print(f"stage 2: about {2 * args.seeds * args.budget_minutes:g} minutes of this machine", flush=True)
+        return run_final(args)
+    runs = sum(len(grid(f)) + len(SHAPES[f.name]) for f in (VIT, RESNET)) + 1
+    print(f"stage 1: {runs} runs of {args.short_minutes:g} min, about {runs * (args.short_minutes + 0.5):.0f} "
+          "minutes of this machine with their speed probes", flush=True)  # fmt: skip
+    return run_grid(args)
+
+
+if __name__ == "__main__":
+    main()
