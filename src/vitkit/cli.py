@@ -1,4 +1,5 @@
-"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run).
+"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run), imported only
+when it runs (`vitkit --help` reads the HELP strings from the sources, and imports neither the commands nor torch).
 
 Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the path or field, and an exit code:
   2  the request is wrong: an argument, option, recipe field or value, or an input file that is missing,
@@ -34,15 +35,13 @@ def command_helps() -> dict[str, tuple[str, str]]:
     for path in sorted(Path(next(iter(vitkit.commands.__path__))).glob("*.py")):
         if path.name.startswith("_"):
             continue
-        constants = {}
-        for node in ast.parse(path.read_text(), str(path)).body:
-            if (
-                isinstance(node, ast.Assign)
-                and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-            ):
-                if node.targets[0].id in ("HELP", "NAME"):
-                    constants[node.targets[0].id] = ast.literal_eval(node.value)
+        constants = {
+            node.targets[0].id: ast.literal_eval(node.value)
+            for node in ast.parse(path.read_text(), str(path)).body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("HELP", "NAME")
+        }
         commands[constants.get("NAME", path.stem)] = (path.stem, constants["HELP"])
     return commands
 
