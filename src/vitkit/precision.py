@@ -336,7 +336,8 @@ def add_precision_argument(
         choices=PRECISIONS,
         default=default,
         help=f"{what}bf16 autocast or float32; 'auto' picks bf16 on CUDA, and on CPUs with native bf16 units "
-        "(amx_bf16 / avx512_bf16) when a short measurement finds it faster (docs/PRECISION.md)",
+        "(amx_bf16 / avx512_bf16) when a short measurement, made once per machine and cached, finds it faster "
+        "(docs/PRECISION.md)",
     )
 
 
