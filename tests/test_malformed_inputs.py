@@ -377,7 +377,7 @@ def test_a_directory_of_another_kind_is_one_line_and_leaves_no_run_directory(
     folder = sources["folder"].removeprefix("folder:")
     (tmp_path / "empty").mkdir()
     cases = {
-        f"wds:{folder}": "dataset.json: missing",
+        f"wds:{folder}": "no WebDataset shards",
         f"folder:{tmp_path / 'empty'}": "needs the directories",
     }
     if HAS_DATASETS:

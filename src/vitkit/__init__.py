@@ -1,37 +1,55 @@
-"""vitkit: Vision Transformers exactly as "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021)."""
+"""vitkit: Vision Transformers exactly as "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021).
 
+The public names below are imported on first use (PEP 562), so `import vitkit` and `vitkit --help` do not load
+torch; `from vitkit import create_model` imports what it needs then.
+"""
+
+import importlib
 import importlib.metadata
+from typing import Any
 
-from vitkit import inspect  # noqa: E402,F401  (vitkit.inspect: the paper's Fig. 6/7 probes)
-from vitkit.models import ResNetConfig, ViTConfig, build_model, create_model, list_models, model_config
-from vitkit.weights import (  # timm / transformers are imported only inside from_/to_timm, from_/to_hf
-    export_npz,
-    from_hf,
-    from_pretrained,
-    from_timm,
-    load_weights,
-    save_pretrained,
-    to_hf,
-    to_timm,
-)
+# public name -> the module that defines it (timm / transformers are imported only inside from_/to_timm, _hf)
+_EXPORTS = {
+    "ResNetConfig": "vitkit.models",
+    "ViTConfig": "vitkit.models",
+    "build_model": "vitkit.models",
+    "list_models": "vitkit.models",
+    "model_config": "vitkit.models",
+    "create_model": "vitkit.weights.create",  # the models' builder, with pretrained= weights
+    "list_pretrained": "vitkit.weights.hub",
+    "export_npz": "vitkit.weights",
+    "from_hf": "vitkit.weights",
+    "from_pretrained": "vitkit.weights",
+    "from_timm": "vitkit.weights",
+    "load_weights": "vitkit.weights",
+    "save_pretrained": "vitkit.weights",
+    "to_hf": "vitkit.weights",
+    "to_timm": "vitkit.weights",
+}
+_SUBPACKAGES = ("inspect",)  # vitkit.inspect: the paper's Fig. 6/7 probes
 
-__all__ = [
-    "ResNetConfig",
-    "ViTConfig",
-    "build_model",
-    "create_model",
-    "list_models",
-    "model_config",
-    "export_npz",
-    "from_hf",
-    "from_pretrained",
-    "from_timm",
-    "load_weights",
-    "save_pretrained",
-    "to_hf",
-    "to_timm",
-]
-try:
-    __version__ = importlib.metadata.version("vitkit")  # pyproject.toml's [project] version, once installed
-except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
-    __version__ = "0+unknown"
+__all__ = list(_EXPORTS)
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("vitkit")  # pyproject.toml's [project] version, once installed
+    except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBPACKAGES:
+        value = importlib.import_module(f"vitkit.{name}")
+    else:
+        raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
+    globals()[name] = value  # found once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES])

@@ -1,4 +1,5 @@
-"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run).
+"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run), imported only
+when it runs (`vitkit --help` reads the HELP strings from the sources, and imports neither the commands nor torch).
 
 Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the path or field, and an exit code:
   2  the request is wrong: an argument, option, recipe field or value, or an input file that is missing,
@@ -12,12 +13,13 @@ Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the 
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import os
-import pkgutil
 import re
 import sys
 import traceback
+from pathlib import Path
 
 import vitkit.commands
 
@@ -26,16 +28,42 @@ USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
 OVERRIDE = re.compile(r"[A-Za-z_]\w*\.[A-Za-z_]\w*=")  # section.field=value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """One sub-parser per module of vitkit.commands, named after the module."""
+def command_helps() -> dict[str, tuple[str, str]]:
+    """Command name -> (module name, HELP), read from the modules' source without importing them: the commands
+    import torch, which `vitkit --help` and a mistyped command must not wait for."""
+    commands = {}
+    for path in sorted(Path(next(iter(vitkit.commands.__path__))).glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        constants = {
+            node.targets[0].id: ast.literal_eval(node.value)
+            for node in ast.parse(path.read_text(), str(path)).body
+            if isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("HELP", "NAME")
+        }
+        commands[constants.get("NAME", path.stem)] = (path.stem, constants["HELP"])
+    return commands
+
+
+def chosen_command(argv: list[str]) -> str | None:
+    """The command a command line names: its first word that is not an option (`vitkit` itself takes none with
+    a value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """One sub-parser per module of vitkit.commands, named after the module; with `only`, the other commands are
+    listed (with their help) but not imported."""
     parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformers exactly as the paper.")
     debug_help = f"on error, print the traceback too (or set {DEBUG_ENV}=1)"
     parser.add_argument("--debug", action="store_true", help=debug_help)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for info in sorted(pkgutil.iter_modules(vitkit.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"vitkit.commands.{info.name}")
-        name = getattr(module, "NAME", info.name)
-        command = sub.add_parser(name, help=module.HELP, description=module.HELP)
+    for name, (module_name, help) in command_helps().items():
+        command = sub.add_parser(name, help=help, description=help)
+        if only is not None and name != only:
+            continue
+        module = importlib.import_module(f"vitkit.commands.{module_name}")
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
         module.add_arguments(command)
         command.set_defaults(run=module.run)
@@ -80,8 +108,10 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
 
 def main(argv: list[str] | None = None) -> int:
     """Run a command; every failure is one line on stderr and an exit code (see the module docstring)."""
-    args = parse(build_parser(), argv)  # argparse itself reports a bad command line with exit code 2
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # to start the same command in more processes
+    words = list(sys.argv[1:] if argv is None else argv)
+    only = chosen_command(words) or ""  # `vitkit --help`: no command imported
+    args = parse(build_parser(only), words)  # argparse itself reports a bad command line with exit code 2
+    args.argv = words  # to start the same command in more processes
     debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return int(args.run(args) or 0)

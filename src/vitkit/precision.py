@@ -12,11 +12,16 @@ How `auto` decides, for one device and one model at one batch size:
      Sapphire Rapids and later, AMD Zen 4 and later). Without them bf16 is emulated and slower, and nothing is
      measured (AMD Zen 3, most laptops, machines without /proc/cpuinfo);
   2. a short measurement says bf16 is faster: the caller's step (a training step or a forward pass of this model
-     at this batch) runs alternately in fp32 and bf16, one warm-up and `MEASURE_ROUNDS` timed calls each, and bf16
-     wins when its median is lower. The gain depends on the model and the CPU (a 0.3M-parameter ViT's training
-     step: 1.5x on an AMX Xeon; ViT-S/16: 3x), and a step made mostly of casts and small products can lose. The
-     result is cached per process for the same model configuration, input shape, mode (train or inference) and
-     thread count.
+     at this batch) runs `WARMUP_CALLS` times in each precision (the first calls build oneDNN's kernels and are
+     many times slower than the steady state), then alternately `MEASURE_ROUNDS` timed calls each, and bf16 wins
+     when its median is lower. The gain depends on the model and the CPU (a 0.3M-parameter ViT's training step:
+     1.5x on an AMX Xeon; ViT-S/16: 3x), and a step made mostly of casts and small products can lose. The
+     timings are kept in the cache directory (vitkit.cache: one small JSON per CPU model, thread count, torch
+     version, model configuration, input shape and mode), so the same call measures once per machine and every
+     later process chooses the same.
+  Inference of a few images (batch <= `FEW_IMAGES`) is never measured, since measuring would cost more than the
+  images: a timing cached by an earlier call decides, else the rule: bf16 for models of at least
+  `FEW_IMAGES_BF16_PARAMS` parameters (ViT-B and larger, whose matrix products dominate), fp32 below.
 - any other device: fp32.
 
 Every decision comes with a one-line reason, printed by the commands and recorded in report.json (`precision`,
@@ -32,26 +37,31 @@ import statistics
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import torch
 from torch import nn
 
-from vitkit.device import cpu_flags
+from vitkit.cache import read_record, record_path, write_record
+from vitkit.device import cpu_flags, cpu_model
 from vitkit.models import as_model
 from vitkit.models.config import to_pair
 from vitkit.models.resnet import StdConv2d
 
 PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
+WARMUP_CALLS = 2
 MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
+FEW_IMAGES = 4  # inference batches up to this size are decided without measuring
+FEW_IMAGES_BF16_PARAMS = 50_000_000  # ...in bf16 from this size (ViT-B/16: 86M; ViT-S/16: 22M)
 
 Step = Callable[
     [torch.dtype | None], object
 ]  # one call of the measured work at an autocast dtype (None: fp32)
 
-_measured: dict[Hashable, tuple[float, float]] = {}  # key -> (fp32 seconds, bf16 seconds), per process
+_measured: dict[str, tuple[float, float]] = {}  # record path -> (fp32 s, bf16 s), in this process
 
 
 @dataclass(frozen=True)
@@ -213,8 +223,11 @@ def choose_precision(
         )
     if measure is None:
         return Precision("bf16", f"auto: CPU with {' and '.join(units)} (not measured)", device)
+    earlier = stored_seconds(key) if key is not None else None
     fp32_s, bf16_s = measured_seconds(measure, key)
     timing = f"{bf16_s * 1e3:.4g} ms bf16 vs {fp32_s * 1e3:.4g} ms fp32 per call of {what}"
+    if earlier is not None:
+        timing += f", measured earlier ({earlier[1]})"
     if bf16_s < fp32_s:
         return Precision(
             "bf16", f"auto: CPU with {' and '.join(units)}, bf16 measured faster: {timing}", device
@@ -224,25 +237,46 @@ def choose_precision(
     )
 
 
+def measurement_record(key: Hashable) -> Path:
+    """The cache file of a measurement: the caller's key on this CPU model, thread count and torch version."""
+    return record_path("precision", [key, cpu_model(), torch.get_num_threads(), torch.__version__])
+
+
+def stored_seconds(key: Hashable) -> tuple[tuple[float, float], Path] | None:
+    """An earlier measurement of `key` on this machine (by this process or another) and its cache file."""
+    record = measurement_record(key)
+    if str(record) in _measured:
+        return _measured[str(record)], record
+    stored = read_record(record)
+    if stored is None or not {"fp32_s", "bf16_s"} <= stored.keys():
+        return None
+    _measured[str(record)] = (float(stored["fp32_s"]), float(stored["bf16_s"]))
+    return _measured[str(record)], record
+
+
 def measured_seconds(measure: Step, key: Hashable | None = None) -> tuple[float, float]:
-    """(fp32, bf16) median seconds per call of `measure`, alternated after one warm-up each; cached by `key`
-    together with the torch thread count."""
-    cache_key = None if key is None else (key, torch.get_num_threads())
-    if cache_key in _measured:
-        return _measured[cache_key]
+    """(fp32, bf16) median seconds per warm call of `measure` (`WARMUP_CALLS` each first, then alternated). With
+    a `key` they are kept per process and in the cache directory, together with the CPU model, thread count and
+    torch version, and an earlier measurement is returned instead."""
+    if key is not None and (stored := stored_seconds(key)) is not None:
+        return stored[0]
+    record = None if key is None else measurement_record(key)
     dtypes = {"fp32": None, "bf16": torch.bfloat16}
     samples: dict[str, list[float]] = {name: [] for name in dtypes}
     with torch.random.fork_rng(devices=[]):  # the measurement leaves the caller's random stream alone
         for dtype in dtypes.values():
-            measure(dtype)
+            for _ in range(WARMUP_CALLS):
+                measure(dtype)
         for _ in range(MEASURE_ROUNDS):
             for name, dtype in dtypes.items():
                 start = time.perf_counter()
                 measure(dtype)
                 samples[name].append(time.perf_counter() - start)
     result = (statistics.median(samples["fp32"]), statistics.median(samples["bf16"]))
-    if cache_key is not None:
-        _measured[cache_key] = result
+    if record is not None:
+        _measured[str(record)] = result
+        write_record(record, {"fp32_s": result[0], "bf16_s": result[1], "key": repr(key), "cpu": cpu_model(),
+                              "threads": torch.get_num_threads(), "torch": torch.__version__})  # fmt: skip
     return result
 
 
@@ -266,8 +300,30 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
             model(example[0])
 
     key = ("inference", model_signature(model), shape, str(device))
+    if (
+        precision == "auto"
+        and batch_size <= FEW_IMAGES
+        and device.type == "cpu"
+        and native_bf16_units()
+        and stored_seconds(key) is None
+    ):
+        return few_images_rule(model, batch_size, device)
     return choose_precision(
         precision, device, measure=forward, key=key, what=f"a forward pass at batch {shape[0]}"
+    )
+
+
+def few_images_rule(model: nn.Module, batch_size: int, device: torch.device) -> Precision:
+    """auto for a few images on a CPU with native bf16 units, unmeasured: bf16 for large models only."""
+    params = sum(p.numel() for p in model.parameters())
+    units = " and ".join(native_bf16_units())
+    why = f"auto: CPU with {units}; {batch_size} image(s) at a time are not worth a measurement"
+    if params >= FEW_IMAGES_BF16_PARAMS:
+        return Precision(
+            "bf16", f"{why}, and a model of {params / 1e6:.3g}M parameters gains from bf16", device
+        )
+    return Precision(
+        "fp32", f"{why}, and a model of {params / 1e6:.3g}M parameters gains little from bf16", device
     )
 
 
@@ -280,7 +336,8 @@ def add_precision_argument(
         choices=PRECISIONS,
         default=default,
         help=f"{what}bf16 autocast or float32; 'auto' picks bf16 on CUDA, and on CPUs with native bf16 units "
-        "(amx_bf16 / avx512_bf16) when a short measurement finds it faster (docs/PRECISION.md)",
+        "(amx_bf16 / avx512_bf16) when a short measurement, made once per machine and cached, finds it faster "
+        "(docs/PRECISION.md)",
     )
 
 

@@ -97,7 +97,7 @@ def test_a_shard_that_ends_early_is_one_line(shards, tmp_path):
 
 
 def test_missing_index_or_shards_and_too_few_shards_are_one_line(shards, tmp_path):
-    with pytest.raises(FileNotFoundError, match="dataset.json: missing"):
+    with pytest.raises(FileNotFoundError, match="no WebDataset shards: expected dataset.json"):
         ShardSource(tmp_path, "train")
     partial = tmp_path / "partial"
     shutil.copytree(shards, partial)

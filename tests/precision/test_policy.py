@@ -20,11 +20,6 @@ ZEN3_LIKE = frozenset({"avx", "avx2", "fma", "sha_ni"})  # AMD EPYC Milan: no na
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-@pytest.fixture(autouse=True)
-def fresh_cache(monkeypatch):
-    monkeypatch.setattr(precision, "_measured", {})
-
-
 def fake_cpu(monkeypatch, flags: frozenset[str]) -> None:
     """The policy and the bench tables' environment line both read these flags."""
     monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
@@ -61,8 +56,9 @@ def test_amx_like_cpu_picks_bf16_when_measured_faster(monkeypatch):
     assert chosen.name == "bf16" and chosen.autocast_dtype == torch.bfloat16
     assert "amx_bf16 and avx512_bf16" in chosen.reason and "bf16 measured faster" in chosen.reason
     assert (
-        calls.count(None) == calls.count(torch.bfloat16) == 1 + precision.MEASURE_ROUNDS
-    )  # warm-up + rounds
+        calls.count(None) == calls.count(torch.bfloat16) == precision.WARMUP_CALLS + precision.MEASURE_ROUNDS
+    )
+    assert calls[: 2 * precision.WARMUP_CALLS] == [None] * 2 + [torch.bfloat16] * 2  # warm-up first
     # cached per process: the same key is not measured again
     assert choose_precision("auto", "cpu", measure=never_measured, key="m").name == "bf16"
 

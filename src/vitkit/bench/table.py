@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import platform
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 
+from vitkit.device import cpu_model
 from vitkit.precision import cpu_flags, native_bf16_units
 
 SHOWN_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")  # what the CPU's arithmetic can do
@@ -26,17 +26,6 @@ def environment() -> str:
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()} "
         f"{os.cpu_count()} logical CPUs, load average {load:.1f} at start"
     )
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (the platform's processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.partition(":")[2].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def format_table(rows: list[dict], columns: Sequence[str] | None = None) -> str:

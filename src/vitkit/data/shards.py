@@ -1,4 +1,5 @@
-"""WebDataset tar shards read as streams: DIR/<split>-NNNNNN.tar plus DIR/dataset.json (classes, images per shard).
+"""WebDataset tar shards read as streams: vitkit's DIR/<split>-NNNNNN.tar plus DIR/dataset.json (classes, images
+per shard), or shards as other tools write them (a directory per split, brace patterns: vitkit.data.shard_index).
 
 A sample is the tar members sharing a key (the member name up to its first dot): an image (`.jpg`, `.png`, ...)
 and its class index (`.cls`, text), the WebDataset layout, so shards written by `vitkit data pack` are read by
@@ -19,11 +20,9 @@ them); a resume with another R x W is refused. Augmentation is keyed by each sam
 
 from __future__ import annotations
 
-import json
 import os
 import tarfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,16 +30,15 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
 from .decode import IMAGE_EXTENSIONS, ImageDecodeError, decode_image
-from .lazy import TEST_SPLITS, check_reading
+from .lazy import check_reading
+from .shard_index import INFO_NAME, LABEL_EXTENSION, find_shards
 from .transforms import TrainTransform, key, sample_keys
 
-INFO_NAME = "dataset.json"
 UNKNOWN_IMAGE_EXTENSION = "img"  # the member name `vitkit data pack` gives bytes of no known image signature
 MEMBER_EXTENSIONS = (
     *(extension[1:] for extension in IMAGE_EXTENSIONS),
     UNKNOWN_IMAGE_EXTENSION,
 )
-LABEL_EXTENSION = "cls"
 SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
 _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
 _BUFFER_DOMAIN = 0x627566  # "buf"
@@ -61,36 +59,15 @@ class ShardSource:
         on_corrupt: str = "stop",
     ) -> None:
         check_reading(workers, prefetch, on_corrupt)
-        directory = Path(directory).expanduser()
-        info_path = directory / INFO_NAME
-        if not info_path.is_file():
-            raise FileNotFoundError(
-                f"{info_path}: missing; a wds: directory needs the {INFO_NAME} that `vitkit data pack` writes "
-                f'({{"classes": [...], "splits": {{"train": {{"shards": [{{"name": "train-000000.tar", "images": N}}]}}}}}})'
-            )
-        try:
-            info = json.loads(info_path.read_text())
-            classes = [str(c) for c in info["classes"]]
-            splits = info["splits"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
-        name = split if split in splits else next((s for s in TEST_SPLITS if s in splits), None)
-        if split != "train" and name is None or split == "train" and split not in splits:
-            raise FileNotFoundError(f"{info_path}: no {split} split (it lists {', '.join(splits)})")
-        shards = splits[name]["shards"]
-        self.paths = [directory / shard["name"] for shard in shards]
-        missing = [str(p) for p in self.paths if not p.is_file()]
-        if missing:
-            raise FileNotFoundError(
-                f"{missing[0]}: missing shard ({len(missing)} of {len(self.paths)} missing)"
-            )
-        self.counts = np.array([int(shard["images"]) for shard in shards], dtype=np.int64)
+        index = find_shards(directory, split)
+        self.paths = index.paths
+        self.counts = np.array(index.counts, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)])  # index of each shard's first sample
-        self.classes = classes
-        self.split = name
+        self.classes = index.classes
+        self.split = index.split
         self.source = (
-            f"WebDataset shards {directory}/{name}-*.tar ({len(self.paths)} shards, {int(self.offsets[-1])} images, "
-            f"{len(classes)} classes, streamed)"
+            f"WebDataset shards {index.location} [{index.split}] ({len(self.paths)} shards, "
+            f"{int(self.offsets[-1])} images, {len(self.classes)} classes, streamed)"
         )
         self.workers, self.prefetch, self.on_corrupt = workers, prefetch, on_corrupt
         self.skipped: list[str] = []

@@ -3,7 +3,8 @@
 fashion_mnist, cifar10, cifar100, synthetic, digits   decoded once into memory (vitkit.data.sources)
 folder:PATH  (or a bare directory PATH)                ImageFolder PATH/train, PATH/test|val, read lazily
 hf:PATH                                                a Hugging Face `datasets` directory, memory-mapped
-wds:DIR                                                WebDataset tar shards DIR/<split>-*.tar, streamed
+wds:DIR  (or wds:PATTERN)                              WebDataset tar shards (DIR/<split>/*.tar, DIR/<split>-*.tar,
+                                                       train-{0000..0099}.tar), streamed
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ def open_source(
     if sep and f"{kind}:" in PREFIXES:
         if not path:
             raise ValueError(f"data.source {spec!r} names no path (expected {kind}:PATH)")
-        return READERS[kind](_directory(path, spec), split, **options)
+        location = path if kind == "wds" else _directory(path, spec)  # wds: a directory or a brace pattern
+        return READERS[kind](location, split, **options)
     if spec in NAMES:
         return load_dataset(spec, split, data_dir)
     if Path(spec).expanduser().is_dir():

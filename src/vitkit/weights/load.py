@@ -2,7 +2,9 @@
 
 Formats: official Google .npz (vision_transformer, both key layouts, big_vision), vitkit directories
 (`save_pretrained`, or a training run whose `final/` is one), transformers directories, and timm /
-transformers / vitkit state dicts in .safetensors, .pth/.pt/.bin/.ckpt.
+transformers / vitkit state dicts in .safetensors, .pth/.pt/.bin/.ckpt. Where from: a local path, a published
+checkpoint's name ('ViT-B/16-i21k', `vitkit weights list`), an http(s) URL, or a Hugging Face Hub id
+('hf-hub:timm/<name>'); the last three go through the download cache (vitkit.weights.hub).
 
 Nothing in a file is ever executed: safetensors and .npz hold raw arrays (object arrays refused), and pickled
 formats go through `torch.load(weights_only=True)`, whose unpickler builds only tensors and plain containers;
@@ -23,7 +25,9 @@ import torch
 
 from vitkit.models.registry import Model
 from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_config
+from vitkit.weights import hub
 from vitkit.weights.build import load_vitkit_state
+from vitkit.weights.download import fetch
 from vitkit.weights.hf import hints_from_config, load_hf_state
 from vitkit.weights.official import load_official, read_npz
 from vitkit.weights.pretrained import from_pretrained, resolve_directory
@@ -49,6 +53,8 @@ def load_weights(
 ) -> Model:
     """Build the model a weights file or directory describes and load it (eval mode).
 
+    `path` may also name a published checkpoint ('ViT-B/16-i21k'), an http(s) URL or 'hf-hub:timm/<name>':
+    they are fetched into the cache first (vitkit.weights.hub).
     `format` ('npz', 'vitkit', 'timm', 'hf') is needed only when the file does not say. Overrides (§3.2):
     `img_size=` resamples the position embedding as the official loader does. `num_classes=K` keeps the
     stored head when it has K classes (so an ImageNet checkpoint evaluates with its 1000 classes, as timm's
@@ -59,13 +65,27 @@ def load_weights(
     `source_img_size` is the training resolution of a state dict with a non-square position grid.
     NaN or infinite weights are a ValueError naming the tensor, unless `allow_non_finite` (to inspect them).
     """
-    path = Path(path)
     if format is not None and format not in FORMATS:
         raise ValueError(f"{path}: format must be one of {list(FORMATS)}, got {format!r}")
     options = dict(
         keep_pre_logits=keep_pre_logits, reset_head=reset_head, allow_non_finite=allow_non_finite, **overrides
     )
     hints = {"img_size": source_img_size} if source_img_size is not None else {}
+    spec = os.fspath(path)
+    entry = hub.find(spec) if isinstance(spec, str) and not os.path.exists(spec) else None  # a path wins
+    if entry is not None:
+        model = load_weights(
+            hub.fetch_named(entry), format=format, source_img_size=source_img_size, **options
+        )
+        hub.check_named(entry, model.config, options)
+        return model
+    if isinstance(spec, str) and hub.is_url(spec):
+        path = fetch(spec)
+    elif isinstance(spec, str) and spec.startswith(hub.HF_HUB_PREFIX):
+        weights, hub_hints = hub.hub_files(spec)
+        state = read_state_dict(weights, _container(weights))
+        return load_state(state, spec, format or "timm", {**hub_hints, **hints}, options)
+    path = Path(path)
     if path.is_dir():
         return _load_directory(path, format, hints, options)
     if not path.is_file():

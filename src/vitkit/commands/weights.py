@@ -1,0 +1,67 @@
+"""`vitkit weights list|get|path`: the published checkpoints by name, fetched into the cache (docs/WEIGHTS.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vitkit.weights.download import cache_path, fetch
+from vitkit.weights.hub import BASE_URL_ENV, HF_HUB_PREFIX, base_url, find, hub_files, is_url, list_pretrained
+
+HELP = "published ViT checkpoints by name: list them, download one into the cache (or a URL), print its path"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="the names, what each holds, and which are cached")
+    listing.add_argument("pattern", nargs="?", default="*", help="glob on the names, e.g. '*B/16*'")
+    get = actions.add_parser("get", help="download into the cache (verified, resumable) and print the path")
+    get.add_argument("names", nargs="+", metavar="NAME", help="checkpoint names, http(s) URLs or hf-hub:<id>")
+    get.add_argument("--quiet", action="store_true", help="no progress bar")
+    path = actions.add_parser("path", help="print where a name or URL is cached (whether or not it is yet)")
+    path.add_argument("names", nargs="+", metavar="NAME", help="checkpoint names or http(s) URLs")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        return list_names(args.pattern)
+    for name in args.names:
+        print(fetch_one(name, not args.quiet) if args.action == "get" else where(name))
+    return 0
+
+
+def list_names(pattern: str) -> int:
+    entries = list_pretrained(pattern)
+    if not entries:
+        raise ValueError(f"no checkpoint name matches {pattern!r} (vitkit weights list shows them all)")
+    width = max(len(e.name) for e in entries)
+    print(f"{'name':<{width}}  {'model':<12}  {'pre-training':<12}  {'fine-tuning':<11}  {'px':>3}  "
+          f"{'classes':>7}  cached")  # fmt: skip
+    for e in entries:
+        cached = "yes" if e.cache_path.is_file() else ""
+        print(f"{e.name:<{width}}  {e.model:<12}  {e.pretraining:<12}  {e.fine_tuning or '-':<11}  "
+              f"{e.img_size:>3}  {e.num_classes:>7}  {cached}")  # fmt: skip
+    print(f"files from {base_url()} (${BASE_URL_ENV} names a mirror)", file=sys.stderr)
+    return 0
+
+
+def fetch_one(name: str, progress: bool) -> str:
+    entry = find(name)
+    if entry is not None:
+        return str(fetch(entry.url, entry.cache_path, progress=progress))
+    if is_url(name):
+        return str(fetch(name, progress=progress))
+    if name.startswith(HF_HUB_PREFIX):
+        return str(hub_files(name)[0])
+    raise ValueError(
+        f"{name}: not a checkpoint name (vitkit weights list), an http(s) URL or {HF_HUB_PREFIX}<id>"
+    )
+
+
+def where(name: str) -> str:
+    entry = find(name)
+    if entry is not None:
+        return str(entry.cache_path)
+    if is_url(name):
+        return str(cache_path(name))
+    raise ValueError(f"{name}: not a checkpoint name (vitkit weights list) or an http(s) URL")

@@ -1,0 +1,212 @@
+"""Which tar shards make up each split of a `wds:` source, how many samples each holds, and the classes.
+
+Three layouts are read:
+
+* vitkit's own (`vitkit data pack`): DIR/dataset.json lists the classes and, per split, its shards and their counts;
+* shards as the `webdataset` library's ShardWriter and timm's users write them, with no index: a directory per
+  split (ROOT/train/*.tar, ROOT/val/*.tar, or test/ or validation/), or the split's name in the file names
+  (ROOT/train-0000.tar, ROOT/imagenet-val-0001.tar);
+* a brace or glob pattern (`shards/train-{0000..0099}.tar`, `shards/train-*.tar`) for the training split, whose
+  evaluation split is the same pattern with `train` replaced by test, validation or val, where that names files;
+  `{split}` in a pattern (`shards/{split}-{0000..0099}.tar`) stands for the split's name.
+
+Without an index, one pass over the shards (tar headers and the small `.cls` members only) counts each shard's
+samples (member names sharing a key up to the first dot) and finds the labels; the classes are 0..max label,
+named by their index. The result is kept in the cache directory, keyed by the shards' paths, sizes and
+modification times, so the pass is made once until a shard changes.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import tarfile
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from pathlib import Path
+
+from vitkit.cache import read_record, record_path, write_record
+
+from .lazy import TEST_SPLITS
+
+INFO_NAME = "dataset.json"
+LABEL_EXTENSION = "cls"
+SPLITS = ("train", *TEST_SPLITS)
+_RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
+_CHOICE = re.compile(r"\{([^{}]*,[^{}]*)\}")
+_MAX_LABEL_BYTES = 64  # a .cls member is a decimal class index
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """The shards of one split, in order, with the samples each holds; the classes shared by every split."""
+
+    paths: list[Path]
+    counts: list[int]
+    classes: list[str]
+    split: str
+    location: str  # what the shards were found as, for messages
+
+
+def find_shards(location: str | os.PathLike, split: str) -> ShardIndex:
+    """The shards of `split` ('train', or an evaluation split: test, validation or val, whichever exists)."""
+    text = os.path.expanduser(os.fspath(location))
+    if (Path(text) / INFO_NAME).is_file():
+        return packed_index(Path(text), split)
+    if not glob.has_magic(text) and "{" not in text and not os.path.exists(text):
+        raise FileNotFoundError(f"{text}: no such directory")
+    splits = split_files(text)
+    if not splits:
+        raise FileNotFoundError(
+            f"{text}: no WebDataset shards: expected {INFO_NAME} (vitkit data pack), a directory per split "
+            f"(train/*.tar, val/*.tar), split names in the file names (train-0000.tar) or a brace pattern "
+            f"(train-{{0000..0099}}.tar)"
+        )
+    name = pick_split(split, splits, text)
+    counts, classes = scanned(splits, text)
+    return ShardIndex(splits[name], counts[name], classes, name, text)
+
+
+def pick_split(split: str, available: Collection[str], where: str) -> str:
+    """The split asked for: 'train' itself, or the first evaluation split (test, validation, val) present."""
+    wanted = (split,) if split == "train" else (split, *TEST_SPLITS)
+    name = next((s for s in wanted if s in available), None)
+    if name is None:
+        raise FileNotFoundError(f"{where}: no {split} split (found {', '.join(available) or 'none'})")
+    return name
+
+
+def packed_index(directory: Path, split: str) -> ShardIndex:
+    """vitkit's layout: dataset.json names the classes and each split's shards with their sample counts."""
+    info_path = directory / INFO_NAME
+    try:
+        info = json.loads(info_path.read_text())
+        classes = [str(c) for c in info["classes"]]
+        splits = info["splits"]
+        name = pick_split(split, splits, str(info_path))
+        shards = splits[name]["shards"]
+        paths = [directory / shard["name"] for shard in shards]
+        counts = [int(shard["images"]) for shard in shards]
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{missing[0]}: missing shard ({len(missing)} of {len(paths)} missing)")
+    return ShardIndex(paths, counts, classes, name, f"{directory}/{name}-*.tar")
+
+
+def split_files(location: str) -> dict[str, list[Path]]:
+    """Split name -> its shard files (sorted), for a directory or a pattern; splits without files left out."""
+    found: dict[str, list[Path]] = {}
+    if Path(location).is_dir():
+        root = Path(location)
+        for split in SPLITS:
+            files = sorted((root / split).glob("*.tar"))
+            if not files:
+                token = re.compile(rf"(^|[-_.]){split}([-_.]|$)")
+                files = sorted(p for p in root.glob("*.tar") if token.search(p.stem))
+            if files:
+                found[split] = files
+        return found
+    for split in SPLITS:
+        if "{split}" in location:
+            pattern = location.replace("{split}", split)
+        elif split == "train":
+            pattern = location
+        elif "train" in location:
+            pattern = location.replace("train", split)
+        else:
+            continue
+        files = expand(pattern)
+        if files:
+            found[split] = files
+    return found
+
+
+def expand(pattern: str) -> list[Path]:
+    """The existing files a brace pattern ({0000..0099} ranges, zero-padded as written; {a,b} choices) with
+    shell wildcards names, in order and without repeats."""
+    names = [pattern]
+    for regex, options in ((_RANGE, _range_options), (_CHOICE, lambda m: m.group(1).split(","))):
+        expanded = []
+        for name in names:
+            expanded += _expand_all(name, regex, options)
+        names = expanded
+    files: dict[str, None] = {}
+    for name in names:
+        for match in sorted(glob.glob(name)) if glob.has_magic(name) else [name]:
+            if Path(match).is_file():
+                files[match] = None
+    return [Path(f) for f in files]
+
+
+def _range_options(match: re.Match[str]) -> list[str]:
+    first, last = match.group(1), match.group(2)
+    width = len(first) if first.startswith("0") and len(first) > 1 else 0
+    step = 1 if int(last) >= int(first) else -1
+    return [str(i).zfill(width) for i in range(int(first), int(last) + step, step)]
+
+
+def _expand_all(
+    name: str, regex: re.Pattern[str], options: Callable[[re.Match[str]], list[str]]
+) -> list[str]:
+    match = regex.search(name)
+    if match is None:
+        return [name]
+    head, tail = name[: match.start()], name[match.end() :]
+    return [
+        expanded
+        for option in options(match)
+        for expanded in _expand_all(head + option + tail, regex, options)
+    ]
+
+
+def scanned(splits: dict[str, list[Path]], location: str) -> tuple[dict[str, list[int]], list[str]]:
+    """Samples per shard of every split and the classes, from the cache or one pass over the shards."""
+    key = [
+        [str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for files in splits.values() for p in files
+    ]
+    record = record_path("shards", key)
+    stored = read_record(record)
+    if stored is not None and set(stored.get("counts", {})) == set(splits):
+        return stored["counts"], stored["classes"]
+    counts: dict[str, list[int]] = {}
+    labels: set[int] = set()
+    for split, files in splits.items():
+        counts[split] = []
+        for path in files:
+            count, found = scan_shard(path)
+            counts[split].append(count)
+            labels |= found
+    if not labels:
+        raise ValueError(
+            f"{location}: no .{LABEL_EXTENSION} labels in the shards (expected a class index per sample)"
+        )
+    classes = [str(i) for i in range(max(labels) + 1)]
+    write_record(record, {"location": location, "counts": counts, "classes": classes})
+    return counts, classes
+
+
+def scan_shard(path: Path) -> tuple[int, set[int]]:
+    """(samples, labels) of one shard: a sample is a run of file members sharing a key (up to the first dot)."""
+    count, labels, current = 0, set(), None
+    try:
+        with tarfile.open(path, "r|*") as tar:
+            for member in tar:
+                if not member.isfile():
+                    continue
+                stem, _, extension = os.path.basename(member.name).partition(".")
+                sample = f"{os.path.dirname(member.name)}/{stem}"
+                if sample != current:
+                    count, current = count + 1, sample
+                if extension == LABEL_EXTENSION and member.size <= _MAX_LABEL_BYTES:
+                    text = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file: isfile() above
+                    try:
+                        labels.add(int(text.decode().strip()))
+                    except (UnicodeDecodeError, ValueError):
+                        pass  # reported per sample when it is read
+    except (tarfile.TarError, EOFError, OSError) as err:
+        raise ValueError(f"{path}: unreadable shard ({err})") from None
+    return count, {label for label in labels if label >= 0}

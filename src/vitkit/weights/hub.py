@@ -1,0 +1,235 @@
+"""Published ViT checkpoints by name, any http(s) URL, and Hugging Face Hub ids (`hf-hub:timm/<name>`).
+
+Names resolve to the files of Google's public bucket (https://storage.googleapis.com/vit_models, the paper's
+release and the AugReg release of "How to train your ViT?", Steiner et al. 2021), the same file names timm and
+vit_jax use. $VITKIT_WEIGHTS_BASE_URL replaces the bucket's address, so an organisation's mirror holding the same
+relative paths serves the same names; the cache path stays the one of the original URL, whoever serves it.
+
+Each name records the model it holds (a registered vitkit variant), its resolution and classes; a loaded file
+that describes another model is refused (a mirror serving the wrong file, a damaged download that still parses).
+The official .npz files load with the tanh GELU and epsilon 1e-6 of the JAX models (vitkit.weights.official).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitkit.models.registry import list_models, model_config
+from vitkit.weights.download import cache_path, fetch, offline
+
+OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
+BASE_URL_ENV = "VITKIT_WEIGHTS_BASE_URL"
+HF_HUB_PREFIX = "hf-hub:"
+I21K, I1K = "ImageNet-21k", "ImageNet-1k"
+I21K_CLASSES, I1K_CLASSES = 21843, 1000
+# What a name's file must agree with: the architecture of its registered model.
+ARCHITECTURE_FIELDS = ("hidden_size", "depth", "num_heads", "mlp_dim", "patch_size", "resnet_layers")
+
+
+@dataclass(frozen=True)
+class Pretrained:
+    """One published checkpoint: `file` is its path under the release's base URL."""
+
+    name: str
+    model: str  # the registered vitkit variant it holds
+    file: str
+    release: str  # 'original' (the paper's) or 'augreg' (Steiner et al. 2021)
+    pretraining: str
+    fine_tuning: str | None
+    img_size: int
+    num_classes: int
+
+    @property
+    def official_url(self) -> str:
+        return f"{OFFICIAL_BASE_URL}/{urllib.parse.quote(self.file)}"
+
+    @property
+    def url(self) -> str:
+        """The file's URL at $VITKIT_WEIGHTS_BASE_URL when set, else in Google's bucket."""
+        return f"{base_url()}/{urllib.parse.quote(self.file)}"
+
+    @property
+    def cache_path(self) -> Path:
+        return cache_path(self.official_url)
+
+    @property
+    def description(self) -> str:
+        tuned = f", fine-tuned on {self.fine_tuning}" if self.fine_tuning else ""
+        return f"{self.model} pre-trained on {self.pretraining}{tuned} at {self.img_size} px ({self.release})"
+
+
+def base_url() -> str:
+    """$VITKIT_WEIGHTS_BASE_URL (a mirror of the bucket's layout), else Google's bucket."""
+    return os.environ.get(BASE_URL_ENV, "").rstrip("/") or OFFICIAL_BASE_URL
+
+
+def _entry(name: str, model: str, file: str, release: str, fine_tuned_at: int | None) -> Pretrained:
+    """ImageNet-21k pre-training at 224 px; `fine_tuned_at`: the resolution of the ImageNet-1k fine-tuning."""
+    return Pretrained(
+        name=name,
+        model=model,
+        file=file,
+        release=release,
+        pretraining=I21K,
+        fine_tuning=I1K if fine_tuned_at else None,
+        img_size=fine_tuned_at or 224,
+        num_classes=I1K_CLASSES if fine_tuned_at else I21K_CLASSES,
+    )
+
+
+# The paper's release: ImageNet-21k pre-training; ImageNet-1k fine-tunings at 384 (and at 224 for B/16, L/16).
+_ORIGINAL = {
+    "ViT-B/16": ("ViT-B_16", (384, 224)),
+    "ViT-B/32": ("ViT-B_32", (384,)),
+    "ViT-L/16": ("ViT-L_16", (384, 224)),
+    "ViT-L/32": ("ViT-L_32", (384,)),
+    "ViT-H/14": ("ViT-H_14", ()),
+    "R50+ViT-B/16": ("R50+ViT-B_16", (384,)),
+}
+
+
+def _original() -> list[Pretrained]:
+    entries = []
+    for model, (file, resolutions) in _ORIGINAL.items():
+        entries.append(_entry(f"{model}-i21k", model, f"imagenet21k/{file}.npz", "original", None))
+        for res in resolutions:
+            suffix = "-224" if res == 224 else ""
+            tuned = f"imagenet21k+imagenet2012/{file}{suffix}.npz"
+            entries.append(_entry(f"{model}-i21k-in1k-{res}", model, tuned, "original", res))
+    return entries
+
+
+# AugReg: per model, the pre-training run the AugReg paper recommends (its hyper-parameters are in the file name),
+# and its ImageNet-1k fine-tunings at 224 and 384 with their learning rate (B/32 at 384: another pre-training run).
+_AUGREG_RUN = {
+    "ViT-Ti/16": ("Ti_16", "aug_none-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "ViT-S/32": ("S_32", "aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "ViT-S/16": ("S_16", "aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "ViT-B/32": ("B_32", "aug_medium1-wd_0.03-do_0.0-sd_0.0", "0.03"),
+    "ViT-B/16": ("B_16", "aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.01"),
+    "ViT-L/16": ("L_16", "aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01"),
+}
+_AUGREG_B32_384 = "aug_light1-wd_0.1-do_0.0-sd_0.0"
+
+
+def _augreg() -> list[Pretrained]:
+    entries = []
+    for model, (size, run, lr) in _AUGREG_RUN.items():
+        pretraining = f"augreg/{size}-i21k-300ep-lr_0.001-{run}"
+        entries.append(_entry(f"{model}-augreg-i21k", model, f"{pretraining}.npz", "augreg", None))
+        for res in (224, 384):
+            source = pretraining
+            if model == "ViT-B/32" and res == 384:
+                source = f"augreg/{size}-i21k-300ep-lr_0.001-{_AUGREG_B32_384}"
+            tuned = f"{source}--imagenet2012-steps_20k-lr_{lr}-res_{res}.npz"
+            entries.append(_entry(f"{model}-augreg-i21k-in1k-{res}", model, tuned, "augreg", res))
+    return entries
+
+
+PRETRAINED: dict[str, Pretrained] = {e.name: e for e in _original() + _augreg()}
+_LOOKUP = {name.lower(): entry for name, entry in PRETRAINED.items()}
+# `create_model(name, pretrained=True)`: the paper's own ImageNet-21k checkpoint, else AugReg's.
+DEFAULTS = {entry.model: entry.name for entry in reversed(PRETRAINED.values()) if entry.fine_tuning is None}
+
+
+def find(name: str) -> Pretrained | None:
+    """The published checkpoint called `name` (case-insensitive), or None."""
+    return _LOOKUP.get(name.lower())
+
+
+def list_pretrained(pattern: str = "*") -> list[Pretrained]:
+    """The published checkpoints whose name matches the glob `pattern` (case-insensitive)."""
+    return [e for e in PRETRAINED.values() if fnmatch.fnmatch(e.name.lower(), pattern.lower())]
+
+
+def default_for(model: str) -> Pretrained:
+    """The checkpoint `create_model(model, pretrained=True)` loads (`model` a paper or timm name)."""
+    canonical = list_models(model)  # the paper name of a paper or timm name
+    if len(canonical) != 1 or canonical[0] not in DEFAULTS:
+        raise ValueError(
+            f"no published weights for model {model!r}; pretrained=True knows {', '.join(DEFAULTS)}"
+        )
+    return PRETRAINED[DEFAULTS[canonical[0]]]
+
+
+def is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def fetch_named(entry: Pretrained, progress: bool = True) -> Path:
+    """A named checkpoint's file, from the cache or its (mirror's) URL."""
+    return fetch(entry.url, entry.cache_path, progress=progress)
+
+
+def check_named(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> None:
+    """Refuse a file that holds another architecture (or resolution / classes, unless overridden) than the name
+    says: the wrong file at a mirror's path, or one replaced in the cache by hand."""
+    expected = model_config(entry.model, img_size=entry.img_size, num_classes=entry.num_classes)
+    fields = [f for f in ARCHITECTURE_FIELDS if f not in overrides]
+    fields += [
+        f for f in ("img_size", "num_classes") if f not in overrides and not overrides.get("reset_head")
+    ]
+    wrong = [
+        f"{f} {getattr(config, f)!r} (expected {getattr(expected, f)!r})"
+        for f in fields
+        if getattr(config, f, None) != getattr(expected, f, None)
+    ]
+    if wrong:
+        raise ValueError(
+            f"{entry.url}: not the {entry.name} checkpoint ({entry.description}): {'; '.join(wrong)}"
+        )
+
+
+def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
+    """`hf-hub:<org>/<name>`: the weights file of a timm model on the Hugging Face Hub and the hints its
+    config.json gives (image size), through huggingface_hub's own cache (HF_HUB_CACHE, HF_HUB_OFFLINE)."""
+    repo = spec[len(HF_HUB_PREFIX) :]
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise ValueError(
+            f"{spec}: expected hf-hub:<owner>/<model>, e.g. hf-hub:timm/vit_base_patch16_224.augreg_in21k"
+        )
+    try:  # optional (extra 'hub'): only Hub ids need it
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
+    except ImportError:
+        raise ValueError(f"{spec}: Hub ids need huggingface_hub (pip install 'vitkit[hub]')") from None
+    local_only = offline()
+    try:
+        config_file = Path(hf_hub_download(repo, "config.json", local_files_only=local_only))
+        try:
+            weights = Path(hf_hub_download(repo, "model.safetensors", local_files_only=local_only))
+        except EntryNotFoundError:  # older timm uploads: a torch pickle (read with weights_only=True)
+            weights = Path(hf_hub_download(repo, "pytorch_model.bin", local_files_only=local_only))
+    except LocalEntryNotFoundError:
+        raise FileNotFoundError(
+            f"{spec}: not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE / VITKIT_OFFLINE)"
+        ) from None
+    except (EntryNotFoundError, HfHubHTTPError) as error:
+        raise FileNotFoundError(f"{spec}: {str(error).splitlines()[0]}") from None
+    return weights, timm_hints(config_file)
+
+
+def timm_hints(config_file: Path) -> dict[str, Any]:
+    """What timm's published config.json says that tensors do not: the input size the weights were trained at,
+    and the heads (its `model_args`, else those of the registered model its `architecture` names)."""
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{config_file}: not a readable JSON file ({error})") from None
+    hints: dict[str, Any] = {}
+    size = (config.get("pretrained_cfg") or {}).get("input_size")
+    if isinstance(size, list) and len(size) == 3:
+        hints["img_size"] = (int(size[1]), int(size[2]))
+    heads = (config.get("model_args") or {}).get("num_heads")
+    known = list_models(str(config.get("architecture", "")).partition(".")[0] or "-")
+    if heads is None and len(known) == 1:
+        heads = getattr(model_config(known[0]), "num_heads", None)
+    if heads is not None:
+        hints["num_heads"] = int(heads)
+    return hints

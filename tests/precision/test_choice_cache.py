@@ -1,0 +1,103 @@
+"""`auto` decides once per machine and call: a measurement is kept in the cache directory for every later process,
+and inference of a few images decides without measuring (well under half a second)."""
+
+import json
+import time
+
+import pytest
+import torch
+
+from vitkit import cli, precision, save_pretrained
+from vitkit.models import create_model
+from vitkit.precision import choose_precision, inference_precision
+
+from .test_policy import AMX_LIKE, fake_cpu, never_measured
+
+
+@pytest.fixture(autouse=True)
+def amx_like(monkeypatch):
+    fake_cpu(monkeypatch, AMX_LIKE)
+
+
+@pytest.fixture
+def timed_step(monkeypatch):
+    """step(fp32_s, bf16_s, calls): a step that takes exactly that long on a fake clock, whatever the load."""
+    now = [0.0]
+    monkeypatch.setattr(precision.time, "perf_counter", lambda: now[0])
+
+    def step(fp32_s, bf16_s, calls):
+        def run(dtype):
+            calls.append(dtype)
+            now[0] += bf16_s if dtype == torch.bfloat16 else fp32_s
+
+        return run
+
+    return step
+
+
+def new_process(monkeypatch) -> None:
+    """What a new process starts with: nothing measured in memory."""
+    monkeypatch.setattr(precision, "_measured", {})
+
+
+def tiny_model():
+    return create_model("ViT-Mini/4", img_size=28, num_classes=3).eval()
+
+
+def test_a_measurement_is_kept_for_every_later_process(monkeypatch, tmp_path, timed_step):
+    first = choose_precision("auto", "cpu", measure=timed_step(0.02, 0.004, []), key=("m", 1), what="a step")
+    assert first.name == "bf16" and "measured earlier" not in first.reason
+    records = list((tmp_path / "cache" / "precision").glob("*.json"))
+    assert len(records) == 1
+    saved = json.loads(records[0].read_text())
+    assert saved["threads"] == torch.get_num_threads() and saved["bf16_s"] < saved["fp32_s"]
+    new_process(monkeypatch)
+    again = choose_precision("auto", "cpu", measure=never_measured, key=("m", 1), what="a step")
+    assert again.name == "bf16" and f"measured earlier ({records[0]})" in again.reason
+    calls = []
+    other = choose_precision("auto", "cpu", measure=timed_step(0.004, 0.02, calls), key=("m", 2))
+    assert other.name == "fp32" and calls  # another key is measured on its own
+
+
+def test_the_thread_count_is_part_of_the_key(monkeypatch, restore_threads, timed_step):
+    choose_precision("auto", "cpu", measure=timed_step(0.01, 0.002, []), key="k")
+    torch.set_num_threads(1 if torch.get_num_threads() > 1 else 2)
+    calls = []
+    choose_precision("auto", "cpu", measure=timed_step(0.01, 0.002, calls), key="k")
+    assert calls  # other threads, other timings: measured again
+
+
+def test_a_few_images_are_decided_by_rule_without_measuring(monkeypatch):
+    model = tiny_model()
+    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
+    start = time.perf_counter()
+    chosen = inference_precision("auto", model, 1)
+    assert time.perf_counter() - start < 0.5
+    assert chosen.name == "fp32" and "not worth a measurement" in chosen.reason
+    monkeypatch.setattr(precision, "FEW_IMAGES_BF16_PARAMS", 1000)  # the rule's threshold below this model
+    assert inference_precision("auto", model, precision.FEW_IMAGES).name == "bf16"
+    assert inference_precision("fp32", model, 1).name == "fp32"
+
+
+def test_a_few_images_use_an_earlier_measurement_of_the_same_call(monkeypatch, timed_step):
+    model = tiny_model()
+    key = ("inference", precision.model_signature(model), (1, 3, 28, 28), "cpu")
+    choose_precision("auto", "cpu", measure=timed_step(0.01, 0.002, []), key=key)
+    new_process(monkeypatch)
+    chosen = inference_precision("auto", model, 1)
+    assert chosen.name == "bf16" and "measured earlier" in chosen.reason
+
+
+def test_two_identical_predict_calls_pick_the_same_precision(tmp_path, capsys):
+    from PIL import Image
+
+    save_pretrained(tiny_model(), tmp_path / "weights")
+    image = tmp_path / "a.png"
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(image)
+    argv = ["predict", str(image), "--weights", str(tmp_path / "weights")]
+    lines = []
+    for _ in range(2):
+        precision._measured.clear()
+        assert cli.main(argv) == 0
+        lines += [line for line in capsys.readouterr().err.splitlines() if "precision" in line]
+    assert len(lines) == 2 and lines[0] == lines[1] and "auto: CPU with amx_bf16" in lines[0]
