@@ -12,7 +12,7 @@ from PIL import Image
 from vitkit import cli
 from vitkit.data.lazy import LazySource
 from vitkit.models import build_model, config_from_dict
-from vitkit.storage import load_state_dict, read_config
+from vitkit.storage import load_state_dict, pop_class_names, read_config
 from vitkit.train import engine
 
 
@@ -49,7 +49,10 @@ def test_a_short_run_learns_and_leaves_a_complete_run_directory(trained):
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["step_00000040", "step_00000060"]
     evals = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "test_top1" in r]
     assert [r["step"] for r in evals] == [30, 60]
-    model = build_model(config_from_dict(read_config(out / "final")))
+    fields = read_config(out / "final")
+    assert pop_class_names(fields, out / "final") == ["T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                      "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"]  # fmt: skip
+    model = build_model(config_from_dict(fields))
     model.load_state_dict(load_state_dict(out / "final" / "model.safetensors"))
     assert model.config.in_chans == 1 and model.config.num_classes == 10
 
@@ -154,8 +157,11 @@ def test_deferred_losses_are_checked_when_read_on_cuda_and_by_the_step_on_cpu():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["optim.lrr=1"], "unknown config key 'optim.lrr'; valid keys: optim.name, optim.lr,"),
-        (["model.hidden=3"], "valid keys: model.name, model.weights, model.img_size,"),
+        (
+            ["optim.lrr=1"],
+            "unknown config key 'optim.lrr'; did you mean 'optim.lr'? (valid keys: optim.name,",
+        ),
+        (["model.hidden=3"], "did you mean 'model.hidden_size'? (valid keys: model.name, model.weights,"),
         (["data.dataset=/no/such/folder"], "/no/such/folder: no such ImageFolder directory"),
         (["--config", "/no/such.toml"], "/no/such.toml: no such config file"),
     ],
