@@ -68,6 +68,10 @@ def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny, capsys):
     assert "5 steps instead of the recipe's 700: optim.warmup_steps 50 -> 0" in printed
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["steps"] == 5
+    start = json.loads((tmp_path / "run" / "run.json").read_text())["starts"]
+    assert start == [report["start"]] and start[0]["vitkit"] == vitkit.__version__
+    assert start[0]["command"] == ["vitkit", "train", "--steps", "5", "--out", str(tmp_path / "run"), *model]
+    assert start[0]["torch"] == torch.__version__ and start[0]["device"] == "cpu" and start[0]["device_name"]
 
 
 def test_fine_tuning_always_starts_from_a_zero_head(tmp_path):

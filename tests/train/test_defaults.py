@@ -81,3 +81,10 @@ def test_the_documented_own_images_command_resolves_as_written(photos):
     assert config.model.name == "ViT-S/16" and config.data.crop == "inception" and config.data.workers == 4
     assert to_pair(architecture.img_size) == (224, 224) and architecture.in_chans == 3
     config.validate()
+
+
+def test_a_relative_folder_is_saved_as_an_absolute_path(photos, monkeypatch):
+    monkeypatch.chdir(photos.parent)
+    assert resolve(["train", "data.source=folder:photos"]).data.source == f"folder:{photos}"
+    assert resolve(["train", "data.source=photos"]).data.source == str(photos)  # a bare directory
+    assert resolve(["train", "data.source=digits"]).data.source == "digits"

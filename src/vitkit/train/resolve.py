@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from vitkit.data.sources import NAMES
+from vitkit.data.spec import PREFIXES
 from vitkit.train.defaults import describe_architecture
 from vitkit.train.epochs import steps_for_epochs
 from vitkit.train.overrides import fit_to_steps, set_value
@@ -49,6 +51,7 @@ def resolve(
         changes = fit_to_steps(config, recipe_steps, explicit)
         if changes:
             say(f"{config.train.steps} steps instead of the recipe's {recipe_steps}: {', '.join(changes)}")
+    config.data.source = absolute_source(config.data.source)
     chosen_by_data = config.model.name is None and config.model.weights is None
     config.validate()
     if config.model.name is not None:
@@ -57,3 +60,14 @@ def resolve(
         )
         say(f"model {describe_architecture(config.model.name, config.model.overrides)} ({why})")
     return config
+
+
+def absolute_source(spec: str) -> str:
+    """`spec` with the path of a folder:, hf: or wds: source (or a bare directory) made absolute, so the run's
+    saved recipe names the same images from any working directory (eval, fewshot and resume read it)."""
+    kind, sep, path = spec.partition(":")
+    if sep and f"{kind}:" in PREFIXES and path:
+        return f"{kind}:{Path(path).expanduser().absolute()}"
+    if spec not in NAMES and Path(spec).expanduser().is_dir():
+        return str(Path(spec).expanduser().absolute())
+    return spec
