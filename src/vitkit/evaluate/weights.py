@@ -21,6 +21,9 @@ from vitkit.evaluate.accuracy import evaluate
 from vitkit.evaluate.labels import class_labels, per_class
 from vitkit.precision import inference_precision
 from vitkit.storage import atomic_write_text
+from vitkit.train.overrides import load_config
+from vitkit.train.recipe import RECIPE_NAME
+from vitkit.train.report import plot_confusion
 from vitkit.weights import load_weights
 
 SPLITS = ("train", "test", "val")
@@ -28,9 +31,6 @@ SPLITS = ("train", "test", "val")
 
 def run_recipe(weights: str | os.PathLike) -> Any:
     """The saved recipe (RunConfig) when `weights` is a run directory, else None."""
-    from vitkit.train.overrides import load_config  # the training side, imported when evaluating only
-    from vitkit.train.recipe import RECIPE_NAME
-
     path = Path(weights) / RECIPE_NAME
     return load_config(path) if path.is_file() else None
 
@@ -46,7 +46,7 @@ def open_data(
     else the run's validation split when it held one out, else 'test'."""
     recipe = run_recipe(weights)
     if data is None and recipe is None:
-        raise ValueError(f"{weights} is not a run directory (no config.toml): name the data with --data")
+        raise ValueError(f"{weights} is not a run directory (no {RECIPE_NAME}): name the data with --data")
     own = data is None
     source = str(recipe.data.source) if data is None else data
     data_dir = data_dir or (recipe.data.data_dir if own else None)
@@ -110,8 +110,6 @@ def evaluate_weights(
     if confusion is None and folder is not None:
         confusion = folder / f"eval_{split}_confusion.png"
     if confusion is not None:
-        from vitkit.train.report import plot_confusion  # matplotlib, only when a figure is drawn
-
         Path(confusion).parent.mkdir(parents=True, exist_ok=True)
         title = f"{weights} on {dataset.source} ({split})"
         report["confusion"] = str(plot_confusion(result.confusion, names, confusion, title))

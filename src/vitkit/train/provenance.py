@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+import vitkit
 from vitkit.bench.table import cpu_model
 from vitkit.storage import atomic_write_text
 
@@ -28,11 +29,9 @@ def device_name(device: torch.device) -> str:
 
 def start_record(device: torch.device, command: list[str] | None) -> dict[str, Any]:
     """This start of a run: versions, device, and the command line (or Python call) that made it."""
-    from vitkit import __version__
-
     return {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "vitkit": __version__,
+        "vitkit": vitkit.__version__,
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device": str(device),
