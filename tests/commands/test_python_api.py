@@ -50,7 +50,14 @@ def test_a_mistyped_section_or_field_names_the_nearest():
         vitkit.train(optim={"lrr": 1e-3})
 
 
-def test_finetune_and_evaluate_in_python(photo_run, tmp_path):
+def test_evaluate_in_python_reports_a_run_on_its_own_data(photo_run):
+    report = vitkit.evaluate(photo_run, precision="fp32")
+    assert report["split"] == "val" and report["images"] == VAL_SPLIT and len(report["per_class"]) == 10
+    assert report["report"] == str(photo_run / "eval_val.json")
+
+
+@pytest.mark.slow
+def test_finetune_in_python_then_evaluate(photo_run, tmp_path):
     source = load_config(photo_run / RECIPE_NAME).data.source
     report = vitkit.finetune(
         photo_run, out=tmp_path / "ft", quiet=True, data={"source": source}, train={"steps": 2, "batch_size": 8,
