@@ -73,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     model = load_weights(args.weights)
     model.to(torch.device(args.device))
     recipe = run_recipe(args.weights)
-    data = args.data or (recipe.data.source if recipe is not None else "fashion_mnist")
-    train = open_source(data, "train", args.data_dir)
-    test = open_source(data, "test", args.data_dir)
+    own = args.data is None and recipe is not None  # a run, measured on its own data
+    data = recipe.data.source if own else args.data or "fashion_mnist"
+    data_dir = args.data_dir or (recipe.data.data_dir if own else None)
+    train = open_source(data, "train", data_dir)
+    test = open_source(data, "test", data_dir)
     precision = inference_precision(args.precision, model, args.batch_size)
     evaluator = FewShotEvaluator(
         train,
