@@ -30,7 +30,7 @@ keep, threads, batch, warmup, steps, eval_batch = sys.argv[1] == "keep", *map(in
 torch.set_num_threads(threads)
 if keep:
     keep_freed_memory()
-config = RunConfig()
+config = RunConfig().validate()  # the model settled: the default for the default data
 model = vitkit.create_model(config.model.name, num_classes=10, **config.model.overrides).train()
 optimizer = torch.optim.AdamW(model.parameters(), fused=True)
 x, y = torch.randn(batch, 1, 28, 28), torch.randint(0, 10, (batch,))

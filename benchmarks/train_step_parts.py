@@ -28,7 +28,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    config = RunConfig()
+    config = RunConfig().validate()  # the model settled: the default for the default data
     x = torch.randn(config.train.batch_size, 1, 28, 28)
     y = torch.randint(0, 10, (config.train.batch_size,))
 

@@ -32,7 +32,8 @@ from experiments.common import (
     scaled,
     write_results,
 )
-from vitkit.train.recipe import RECIPE_NAME, load_config
+from vitkit.train.overrides import load_config
+from vitkit.train.recipe import RECIPE_NAME
 
 VIT_BUDGET = Family("ViT", "fashion_mnist_vit_budget.toml", VIT.tiny)
 MODELS = (VIT_BUDGET, RESNET)

@@ -27,8 +27,11 @@ _EXPORTS = {
     "to_timm": "vitkit.weights",
 }
 _SUBPACKAGES = ("inspect",)  # vitkit.inspect: the paper's Fig. 6/7 probes
+# The Python API of the commands: vitkit.train(...) and vitkit.evaluate(...) are their packages, called
+# (vitkit.callable_package); vitkit.finetune(...) a function.
+_API = {"train": "vitkit.train", "evaluate": "vitkit.evaluate", "finetune": "vitkit.train.api"}
 
-__all__ = list(_EXPORTS)
+__all__ = [*_EXPORTS, *_API]
 
 
 def _version() -> str:
@@ -45,6 +48,9 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
     elif name in _SUBPACKAGES:
         value = importlib.import_module(f"vitkit.{name}")
+    elif name in _API:
+        module = importlib.import_module(_API[name])
+        value = getattr(module, name) if name == "finetune" else module
     else:
         raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
     globals()[name] = value  # found once
@@ -52,4 +58,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES])
+    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES, *_API])

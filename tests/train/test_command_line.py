@@ -9,20 +9,13 @@ import pytest
 import torch
 
 import vitkit
+from command_lines import resolve
 from vitkit import cli
-from vitkit.commands.train import resolve_config
 from vitkit.train.engine import build_run_model
-from vitkit.train.recipe import RunConfig, finetune_defaults, load_config
+from vitkit.train.overrides import load_config
+from vitkit.train.recipe import RunConfig, finetune_defaults
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
-
-
-def resolve(argv: list[str]) -> RunConfig:
-    """What `vitkit <argv>` would train, without training."""
-    args = cli.parse(cli.build_parser(), argv)
-    base = finetune_defaults() if args.command == "finetune" else RunConfig()
-    fixed = {"model.weights": args.weights} if args.command == "finetune" else {}
-    return resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
 
 
 @pytest.mark.parametrize("command", [["train"], ["finetune", "--weights", "runs/w"]])
@@ -48,7 +41,9 @@ def test_steps_fits_every_recipe_and_says_what_it_adapted(path, capsys):
     recipe = load_config(path) if path else RunConfig()
     config = resolve([*command, "--steps", "30", *(["--config", str(path)] if path else [])])
     assert config.train.steps == 30 and 0 <= config.optim.warmup_steps < 30
-    printed = capsys.readouterr().out.strip()
+    printed = "\n".join(
+        line for line in capsys.readouterr().out.splitlines() if not line.startswith("model ")
+    )
     if recipe.optim.warmup_steps >= 30:
         share = recipe.optim.warmup_steps / recipe.train.steps
         assert config.optim.warmup_steps == min(round(share * 30), 29)
@@ -73,6 +68,10 @@ def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny, capsys):
     assert "5 steps instead of the recipe's 700: optim.warmup_steps 50 -> 0" in printed
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert report["steps"] == 5
+    start = json.loads((tmp_path / "run" / "run.json").read_text())["starts"]
+    assert start == [report["start"]] and start[0]["vitkit"] == vitkit.__version__
+    assert start[0]["command"] == ["vitkit", "train", "--steps", "5", "--out", str(tmp_path / "run"), *model]
+    assert start[0]["torch"] == torch.__version__ and start[0]["device"] == "cpu" and start[0]["device_name"]
 
 
 def test_fine_tuning_always_starts_from_a_zero_head(tmp_path):

@@ -154,8 +154,11 @@ def test_deferred_losses_are_checked_when_read_on_cuda_and_by_the_step_on_cpu():
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["optim.lrr=1"], "unknown config key 'optim.lrr'; valid keys: optim.name, optim.lr,"),
-        (["model.hidden=3"], "valid keys: model.name, model.weights, model.img_size,"),
+        (
+            ["optim.lrr=1"],
+            "unknown config key 'optim.lrr'; did you mean 'optim.lr'? (valid keys: optim.name,",
+        ),
+        (["model.hidden=3"], "did you mean 'model.hidden_size'? (valid keys: model.name, model.weights,"),
         (["data.dataset=/no/such/folder"], "/no/such/folder: no such ImageFolder directory"),
         (["--config", "/no/such.toml"], "/no/such.toml: no such config file"),
     ],

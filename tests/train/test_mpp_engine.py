@@ -18,7 +18,8 @@ from vitkit.models.vit import VisionTransformer
 from vitkit.storage import load_state_dict, read_config
 from vitkit.train import engine
 from vitkit.train.optim import parameter_groups
-from vitkit.train.recipe import RunConfig, apply_overrides, finetune_defaults
+from vitkit.train.overrides import apply_overrides
+from vitkit.train.recipe import RunConfig, finetune_defaults
 from vitkit.train.report import read_metrics
 
 STEPS = 60

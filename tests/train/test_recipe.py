@@ -4,14 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from vitkit.train.recipe import (
-    RunConfig,
-    apply_overrides,
-    finetune_defaults,
-    from_dict,
-    load_config,
-    parse_value,
-)
+from vitkit.train.overrides import apply_overrides, from_dict, load_config, parse_value
+from vitkit.train.recipe import RunConfig, finetune_defaults
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 
@@ -58,8 +52,8 @@ def test_wrong_types_and_malformed_overrides_are_errors():
         apply_overrides(RunConfig(), ["optim.lr"])
     with pytest.raises(ValueError, match="optim.schedule must be one of"):
         apply_overrides(RunConfig(), ["optim.schedule=step"]).validate()
-    with pytest.raises(ValueError, match="unknown ResNetConfig field"):
-        apply_overrides(RunConfig(), ["model.name=R50x1"]).validate()  # the ViT overrides do not fit a ResNet
+    with pytest.raises(ValueError, match="unknown ResNetConfig field"):  # a ViT field does not fit a ResNet
+        apply_overrides(RunConfig(), ["model.patch_size=4", "model.name=R50x1"]).validate()
 
 
 def test_a_model_section_replaces_the_default_architecture():
@@ -73,8 +67,9 @@ def test_finetune_recipe_is_the_papers():
     config = finetune_defaults()
     assert (config.optim.name, config.optim.momentum, config.optim.weight_decay) == ("sgd", 0.9, 0.0)
     assert (config.optim.schedule, config.optim.grad_clip, config.train.batch_size) == ("cosine", 1.0, 512)
+    assert config.model.name is None and config.model.weights is None  # `finetune --weights W` gives them
     with pytest.raises(ValueError, match="exactly one of model.name"):
-        config.validate()
+        apply_overrides(finetune_defaults(), ["model.weights=runs/x", "model.name=ViT-B/16"]).validate()
     apply_overrides(config, ["model.weights=runs/x", "model.img_size=56"]).validate()
 
 

@@ -7,7 +7,8 @@ import vitkit
 from vitkit.data import hold_out, load_dataset
 from vitkit.evaluate import evaluate
 from vitkit.train import engine
-from vitkit.train.recipe import RunConfig, apply_overrides
+from vitkit.train.overrides import apply_overrides
+from vitkit.train.recipe import RunConfig
 from vitkit.train.report import read_metrics
 
 

@@ -45,7 +45,8 @@ from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import Trainable
 from vitkit.train.distributed import resolve_strategy
 from vitkit.train.engine import build_run_model, build_train_step, train_transform
-from vitkit.train.recipe import ModelSection, RunConfig, load_config
+from vitkit.train.overrides import load_config
+from vitkit.train.recipe import ModelSection, RunConfig
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"
@@ -98,9 +99,10 @@ class Workload:
         """The default recipe, or the TOML file `recipe`, its batch size (and registry model) optionally replaced."""
         config = load_config(recipe, RunConfig()) if recipe else RunConfig()
         if model:
-            config.model = ModelSection(name=model, overrides={})  # the registered variant as it is
+            config.model = ModelSection(name=model)  # the registered variant as it is
         if batch_size:
             config.train.batch_size = batch_size
+        config.follow_data()  # no model named: the data's default
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
         torch.manual_seed(config.train.seed)
         return cls(config, dataset, build_run_model(config, list(dataset.classes), None))

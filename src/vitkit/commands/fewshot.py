@@ -13,6 +13,7 @@ from vitkit import load_weights
 from vitkit.commands import positive_int
 from vitkit.data import open_source
 from vitkit.evaluate.fewshot import FewShotEvaluator
+from vitkit.evaluate.weights import run_recipe
 from vitkit.precision import add_precision_argument, inference_precision
 
 HELP = "few-shot linear evaluation (closed-form ridge on frozen pre-logits features), mean/std over seeds"
@@ -43,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--weights", required=True, help="weights: any format vitkit.load_weights reads, run directories too"
     )
     parser.add_argument(
-        "--data", default="fashion_mnist", help="data source: dataset name, folder:PATH, hf:PATH"
+        "--data",
+        help="data source: dataset name, folder:PATH, hf:PATH (default: a run's own data, else fashion_mnist)",
     )
     parser.add_argument("--data-dir", default=None, help="where the named dataset's files are")
     parser.add_argument(
@@ -70,8 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     model = load_weights(args.weights)
     model.to(torch.device(args.device))
-    train = open_source(args.data, "train", args.data_dir)
-    test = open_source(args.data, "test", args.data_dir)
+    recipe = run_recipe(args.weights)
+    own = args.data is None and recipe is not None  # a run, measured on its own data
+    data = recipe.data.source if own else args.data or "fashion_mnist"
+    data_dir = args.data_dir or (recipe.data.data_dir if own else None)
+    train = open_source(data, "train", data_dir)
+    test = open_source(data, "test", data_dir)
     precision = inference_precision(args.precision, model, args.batch_size)
     evaluator = FewShotEvaluator(
         train,
@@ -89,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     total = time.perf_counter() - start
     report = {
         "weights": str(args.weights),
-        "data": args.data,
+        "data": data,
+        "classes": list(train.classes),
         "train_source": train.source,
         "test_source": test.source,
         **report,
@@ -98,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
 
     report.update(precision.record())
     print(f"train: {train.source}")
+    print(f"classes ({len(train.classes)}): {', '.join(train.classes)}")
     print(f"device {precision.device}, precision {precision}")
     print(f"test:  {test.source} ({report['num_test']} images used)")
     print(

@@ -69,6 +69,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+@torch.no_grad()
+def predicted_names(model: VisionTransformer, images: torch.Tensor, batch_size: int) -> list[str]:
+    """The class the model predicts for each image, by name (model.class_names); none for weights without a
+    classifier or without names."""
+    if not model.config.num_classes or model.class_names is None:
+        return []
+    logits = torch.cat([model(chunk) for chunk in images.split(batch_size)])
+    return [model.class_names[i] for i in logits.argmax(-1).tolist()]
+
+
 def run(args: argparse.Namespace) -> int:
     for name in ("max_images", "rollout_images", "batch_size"):
         value = getattr(args, name)
@@ -99,7 +109,11 @@ def run(args: argparse.Namespace) -> int:
             rollout_images=args.rollout_images,
             prefix_keys=args.prefix_keys,
         )
-    result["rollout_names"] = [Path(n).name for n in names]
+    predicted = predicted_names(model, images[: args.rollout_images], batch_size=args.batch_size or 16)
+    labels = predicted + [""] * (len(names) - len(predicted))  # the rollout figure's titles: file: class
+    result["rollout_names"] = [
+        Path(n).name + f": {label}" * bool(label) for n, label in zip(names, labels, strict=True)
+    ]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     figures = write_figures(result, out)
@@ -113,6 +127,8 @@ def run(args: argparse.Namespace) -> int:
         figures={k: p.name for k, p in figures.items()},
     )
     summary.update(precision.record())
+    if predicted:
+        summary["predicted_classes"] = dict(zip(names, predicted, strict=False))
     (out / "inspect.json").write_text(json.dumps(summary, indent=2) + "\n")
     report = write_report(out / "report.html", figures, summary, title=f"vitkit inspect: {args.weights}")
     per_layer = summary["mean_attention_distance_per_layer"]

@@ -6,42 +6,45 @@ Also the shared front end of `vitkit finetune`: flags and overrides resolve into
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 from typing import Any
 
 from vitkit.device import resolve_device
 from vitkit.precision import add_precision_argument
 from vitkit.train import train
+from vitkit.train.annotated import annotated_toml
 from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
-from vitkit.train.recipe import (
-    RECIPE_NAME,
-    RESUME_MAY_CHANGE,
-    RunConfig,
-    apply_overrides,
-    fit_to_steps,
-    load_config,
-    override_keys,
-    set_value,
-)
+from vitkit.train.overrides import load_config, parse_override, set_value
+from vitkit.train.recipe import RECIPE_NAME, RESUME_MAY_CHANGE, RunConfig
 from vitkit.train.report import format_metrics
+from vitkit.train.resolve import default_run_dir, resolve
 
 HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
-RUNS_DIR = "runs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", help="TOML recipe with [model] [data] [optim] [train] (e.g. configs/*.toml)"
     )
-    parser.add_argument("--out", help=f"run directory (default: {RUNS_DIR}/<recipe>-<time>)")
+    parser.add_argument("--out", help="run directory (default: runs/<recipe>-<time>)")
+    parser.add_argument("--model", help="shorthand for model.name=X: a registry model with its own defaults")
+    parser.add_argument("--lr", type=float, help="shorthand for optim.lr=LR")
+    parser.add_argument("--batch-size", type=int, help="shorthand for train.batch_size=B")
     parser.add_argument("--steps", type=int, help="shorthand for train.steps=N")
+    parser.add_argument(
+        "--epochs", type=float, help="run length in passes over the training images instead of --steps"
+    )
     parser.add_argument("--seed", type=int, help="shorthand for train.seed=S")
     parser.add_argument("--checkpoint-every", type=int, help="shorthand for train.checkpoint_every=N")
     parser.add_argument("--data-dir", help="shorthand for data.data_dir=DIR")
     add_precision_argument(parser, default=None, what="shorthand for train.precision=P: ")
     parser.add_argument(
         "--resume", action="store_true", help="continue the run in --out from its last checkpoint"
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved recipe (every field: value, default, help) as TOML, and train nothing",
     )
     parser.add_argument(
         "overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0"
@@ -56,17 +59,24 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
     if args.resume and not args.out:
         raise ValueError("--resume needs --out, the run directory to continue")
-    name = Path(args.config).stem if args.config else default_name
-    out = Path(args.out or f"{RUNS_DIR}/{name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = (
+        Path(args.out)
+        if args.out
+        else default_run_dir(Path(args.config).stem if args.config else default_name)
+    )
     if args.resume:
         config = check_resume(out, args, base, fixed)
     else:
         config = resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
+    if args.print_config:
+        print(annotated_toml(config), end="")
+        return 0
     if config.train.processes > 1 and launched_world_size() == 1:
         check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
         argv = args.argv if args.out else [*args.argv, "--out", str(out)]  # every process names the same run
         return launch_processes(config.train.processes, config.train.threads, argv)
-    report = train(config, out, resume=args.resume)  # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli
+    # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli
+    report = train(config, out, resume=args.resume, command=["vitkit", *args.argv])
     if not report:  # ranks other than 0 under torchrun: rank 0 prints and writes the run directory
         return 0
     print(
@@ -78,20 +88,12 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
 
 
 def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
-    """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides.
-
-    A run length given on the command line shortens the recipe's schedule to fit (`fit_to_steps`), and says so.
-    """
-    recipe_steps = config.train.steps
-    for key, value in {**fixed, **_flags(args)}.items():
-        set_value(config, key, value)
-    config = apply_overrides(config, args.overrides)
-    explicit = override_keys(args.overrides)
-    if args.steps is not None or "train.steps" in explicit:
-        changes = fit_to_steps(config, recipe_steps, explicit)
-        if changes and launched_world_size() == 1:  # the processes a launcher starts stay quiet
-            print(f"{config.train.steps} steps instead of the recipe's {recipe_steps}: {', '.join(changes)}")
-    return config.validate()
+    """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides
+    (vitkit.train.resolve: the run length fitted, the model settled and said)."""
+    overrides = [(key, value) for item in args.overrides for key, value in [parse_override(item)]]
+    settings = [*fixed.items(), *_flags(args).items(), *overrides]
+    quiet = launched_world_size() > 1 or args.print_config  # the processes a launcher starts stay quiet
+    return resolve(config, settings, epochs=args.epochs, say=None if quiet else print)
 
 
 def check_resume(out: Path, args: argparse.Namespace, base: Any, fixed: dict[str, Any]) -> Any:
@@ -131,6 +133,9 @@ def check_resume(out: Path, args: argparse.Namespace, base: Any, fixed: dict[str
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     flags = {
+        "model.name": args.model,
+        "optim.lr": args.lr,
+        "train.batch_size": args.batch_size,
         "train.steps": args.steps,
         "train.seed": args.seed,
         "train.checkpoint_every": args.checkpoint_every,

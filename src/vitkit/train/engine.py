@@ -38,6 +38,7 @@ from vitkit.data import (
 from vitkit.device import resolve_device
 from vitkit.evaluate import evaluate
 from vitkit.evaluate.fewshot import FewShotEvaluator
+from vitkit.evaluate.labels import class_mismatch
 from vitkit.flops import count_parameters
 from vitkit.models.config import config_from_dict
 from vitkit.models.mpp import MaskedPatchPrediction
@@ -77,6 +78,7 @@ from vitkit.train.objectives import (
 )
 from vitkit.train.optim import build_optimizer, learning_rate, set_learning_rate
 from vitkit.train.progress import Progress
+from vitkit.train.provenance import record_start, start_record
 from vitkit.train.recipe import RECIPE_NAME, RunConfig, TrainSection
 from vitkit.train.rundir import LOCK_NAME, RunDirLock, remove_leftovers
 from vitkit.weights import load_weights
@@ -86,8 +88,13 @@ class NonFiniteLoss(RuntimeError):
     """The loss became NaN or inf: the run stops before the update, keeping the last good checkpoint."""
 
 
-def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False) -> dict[str, Any]:
+def train(
+    config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False, command: list[str] | None = None
+) -> dict[str, Any]:
     """Train `config` into `run_dir` (continuing its latest checkpoint with `resume`); returns report.json.
+
+    `command` is what started the run (the command line), recorded in run.json and report.json
+    (vitkit.train.provenance); by default this process's own.
 
     Under torchrun every process calls it: they join the process group for the run (vitkit.train.distributed),
     rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
@@ -97,7 +104,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 in _train, released however the run ends
         try:
-            return _train(config, run_dir, lock, resume=resume)
+            return _train(config, run_dir, lock, resume=resume, command=command)
         except Exception as error:
             if not is_disk_full(error, run_dir):
                 raise
@@ -113,7 +120,12 @@ def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
 
 
 def _train(
-    config: RunConfig, run_dir: str | os.PathLike, lock: RunDirLock, *, resume: bool = False
+    config: RunConfig,
+    run_dir: str | os.PathLike,
+    lock: RunDirLock,
+    *,
+    resume: bool = False,
+    command: list[str] | None = None,
 ) -> dict[str, Any]:
     config.validate()
     run_dir = Path(run_dir)
@@ -173,6 +185,9 @@ def _train(
     if rank == 0 and not resume:
         # Only now: a recipe, dataset or model that fails leaves nothing.
         create_run_dir(run_dir, config, lock)
+    start = start_record(device, command)
+    if rank == 0:
+        record_start(run_dir, start)
 
     metrics = (
         report.MetricsLog(run_dir, resume_step=start_step if checkpoint else None) if rank == 0 else None
@@ -271,6 +286,7 @@ def _train(
         "step_seconds": split.per_step(),
         "data_wait_share": split.share("data"),
         "skipped_images": skipped,
+        "start": start,
     }
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
@@ -716,17 +732,6 @@ def build_run_model(config: RunConfig, class_names: list[str], checkpoint: Path 
             f"train.objective='mpp' needs a Vision Transformer; {m.weights} is a {type(model).__name__}"
         )
     return MaskedPatchPrediction(model, t.mpp_target, t.mpp_corrupt_rate, t.mpp_bits)
-
-
-def class_mismatch(saved: list[str], found: list[str]) -> str:
-    """One line saying how the data's classes differ from a run's: added, missing, or reordered."""
-    added, missing = sorted(set(found) - set(saved)), sorted(set(saved) - set(found))
-    if added or missing:
-        return (
-            f"the run was trained on {len(saved)} classes and the data now has {len(found)} "
-            f"(new: {added[:5]}, missing: {missing[:5]}); a renamed or added class folder changes the labels"
-        )
-    return "the data names the run's classes in another order, which would permute every label"
 
 
 def all_ranks(lines: list[str]) -> list[str]:

@@ -1,22 +1,21 @@
 """Run configurations as data: a recipe is four dataclass sections ([model], [data], [optim], [train]).
 
-Recipes are TOML files (configs/*.toml); any field can be overridden as `section.field=value`, the value
-parsed with TOML rules (falling back to a plain string). The dataclass defaults *are* the default recipe:
-the small Fashion-MNIST ViT that `vitkit train` runs in about five minutes on two CPU cores.
-`finetune_defaults()` is the paper's fine-tuning recipe (§3.2, B.1.1): SGD with momentum 0.9, no weight decay,
-cosine decay, gradient clipping at 1, batch 512, Polyak averaging 0.9999.
+Recipes are TOML files (configs/*.toml); any field can be overridden as `section.field=value`
+(vitkit.train.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
+shows beside its value and default. The dataclass defaults are the default recipe: the small Fashion-MNIST ViT
+that `vitkit train` runs in about five minutes on two CPU cores; the model follows the data
+(vitkit.train.defaults) unless one is named. `finetune_defaults()` is the paper's fine-tuning recipe (§3.2,
+B.1.1): SGD with momentum 0.9, no weight decay, cosine decay, gradient clipping at 1, batch 512, Polyak
+averaging 0.9999.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
-import tomllib
-import types
-import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vitkit.data.transforms import CROPS
@@ -24,6 +23,7 @@ from vitkit.models.config import ViTConfig, check_choice
 from vitkit.models.mpp import TARGETS as MPP_TARGETS
 from vitkit.models.registry import model_config
 from vitkit.precision import PRECISIONS
+from vitkit.train.defaults import default_model
 
 OBJECTIVES = ("classification", "mpp")
 OPTIMIZERS = ("adamw", "sgd")
@@ -32,136 +32,132 @@ LOSSES = ("softmax", "sigmoid")
 CUDA_GRAPH = ("auto", "on", "off")  # vitkit.train.graph
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
 RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
+# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
+# stopped by an unreadable image (data.on_corrupt='stop') saw none before it, so it continues with 'skip' exactly
+# as if it had started with it.
+RESUME_MAY_CHANGE = ("data.workers", "data.prefetch", "data.on_corrupt")
+
+
+def option(default: Any, help: str) -> Any:
+    """A recipe field: its default and the one line of help that `--print-config` shows beside it."""
+    if isinstance(default, (dict, list)):
+        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def field_help(section: Any, name: str) -> str:
+    """The help line of field `name` of a section dataclass ('' for a field without one)."""
+    return next((f.metadata.get("help", "") for f in dataclasses.fields(section) if f.name == name), "")
 
 
 @dataclass
 class ModelSection:
-    """A registry `name` (trained from scratch) or `weights` (fine-tuned), plus ViTConfig/ResNetConfig overrides."""
+    """A registry `name` (trained from scratch) or `weights` (fine-tuned), plus ViTConfig/ResNetConfig overrides.
 
-    name: str | None = (
-        "ViT-Mini/4"  # width 96, 4 layers, 3 heads (vitkit.models.registry), for 28x28 grayscale
-    )
-    weights: str | None = None
-    overrides: dict[str, Any] = field(default_factory=lambda: dict(img_size=28, in_chans=1, classifier="gap"))
+    With neither set the data decides (vitkit.train.defaults.default_model): a named model is the registry's
+    variant as it is, whatever the data, exactly as a TOML `[model] name = ...` is.
+    """
+
+    name: str | None = option(None, "registry model to train from scratch; unset: the data's default model")
+    weights: str | None = option(None, "weights to fine-tune (run dir, .npz, timm/HF file); or model.name")
+    overrides: dict[str, Any] = option({}, "architecture fields over the model's (vitkit.ViTConfig)")
 
 
 @dataclass
 class DataSection:
     """What to train on and how to augment it (see vitkit.data.TrainTransform).
 
-    crop: 'inception', 'resize_crop', 'pad_crop' or 'none' (vitkit.data.TrainTransform). The default is 'none'
-    (flips only): evaluation resizes without zooming, and on 28x28 images the 8/7 zoom of 'resize_crop' alone
-    costs ~15 points of test accuracy early in training; 'pad_crop' shifts at the evaluation's scale
-    (docs/RESULTS.md).
-    `train_subset` > 0 trains on that many training images, class-balanced and drawn with `subset_seed`
-    (vitkit.data.balanced_subset): the paper's fine-tuning on a small labelled subset. 0 uses them all.
-    `val_split` > 0 holds that many training images out of training, class-balanced and drawn with `val_seed`
-    (vitkit.data.hold_out), before any `train_subset` is drawn from the rest: periodic evaluations
-    (`eval_every`) measure them instead of the test set, and the report has both (`val_top1`, `test_top1`), so
-    recipes are chosen on validation accuracy and the test set stays for the final report.
-
-    `source` names the data (vitkit.data.open_source): a built-in dataset held in memory (fashion_mnist, cifar10,
-    cifar100, synthetic, digits) or a collection read image by image: `folder:PATH`, `hf:PATH`, `wds:DIR`
-    (docs/DATA.md). `workers` DataLoader processes decode and augment those, each `prefetch` steps ahead; 0 reads
-    in the training process. `on_corrupt` 'skip' leaves out unreadable images (listed in report.json) instead of
-    stopping. `data.dataset` is another name for `data.source`.
+    crop 'none' is the default (flips only): evaluation resizes without zooming, and on 28x28 images the 8/7 zoom
+    of 'resize_crop' alone costs ~15 points of test accuracy early in training; 'pad_crop' shifts at the
+    evaluation's scale (docs/RESULTS.md). `train_subset` draws its class-balanced subset (vitkit.data.
+    balanced_subset) after `val_split` has held its images out (vitkit.data.hold_out): periodic evaluations
+    (`eval_every`) measure those instead of the test set, and the report has both (`val_top1`, `test_top1`), so
+    recipes are chosen on validation accuracy. `source` names the data (vitkit.data.open_source, docs/DATA.md);
+    `data.dataset` is another name for it.
     """
 
-    source: str = "fashion_mnist"
-    data_dir: str | None = None
-    workers: int = 0
-    prefetch: int = 2
-    train_subset: int = 0
-    subset_seed: int = 0
-    val_split: int = 0
-    val_seed: int = 0
-    crop: str = "none"
-    flip: bool = True
-    randaugment: bool = False
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    on_corrupt: str = "stop"
+    source: str = option(
+        "fashion_mnist", "fashion_mnist, cifar10, cifar100, synthetic, digits, folder:PATH, hf:PATH, wds:DIR"
+    )
+    data_dir: str | None = option(
+        None, "where a built-in dataset's files are (else $VITKIT_DATA, system, download)"
+    )
+    workers: int = option(0, "DataLoader processes decoding a folder/hf/wds source (0: the training process)")
+    prefetch: int = option(2, "steps each worker prepares ahead")
+    train_subset: int = option(0, "train on that many class-balanced training images (0: all)")
+    subset_seed: int = option(0, "seed of the train_subset draw")
+    val_split: int = option(0, "hold that many class-balanced training images out for validation (0: none)")
+    val_seed: int = option(0, "seed of the val_split draw")
+    crop: str = option("none", "training crop: inception, resize_crop, pad_crop or none (resize only)")
+    flip: bool = option(True, "random horizontal flips")
+    randaugment: bool = option(False, "RandAugment, per sample (torchvision's defaults)")
+    mixup: float = option(0.0, "MixUp alpha (0: off)")
+    cutmix: float = option(0.0, "CutMix alpha (0: off)")
+    on_corrupt: str = option(
+        "stop", "an unreadable image stops the run ('stop') or is left out and listed ('skip')"
+    )
 
 
 @dataclass
 class OptimSection:
     """Optimizer and learning-rate schedule: linear warmup, then linear or cosine decay to zero."""
 
-    name: str = "adamw"
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    betas: tuple[float, float] = (0.9, 0.999)
-    momentum: float = 0.9
-    warmup_steps: int = 50
-    schedule: str = "cosine"
-    grad_clip: float = 1.0
+    name: str = option("adamw", "adamw or sgd")
+    lr: float = option(2e-3, "peak learning rate, reached after the warmup")
+    weight_decay: float = option(0.05, "decoupled weight decay (AdamW) or L2 (SGD)")
+    betas: tuple[float, float] = option((0.9, 0.999), "AdamW's moment decays")
+    momentum: float = option(0.9, "SGD momentum")
+    warmup_steps: int = option(50, "steps of linear warmup from 0")
+    schedule: str = option("cosine", "decay to 0 after the warmup: cosine or linear")
+    grad_clip: float = option(1.0, "clip the global gradient norm to this (0: off)")
 
 
 @dataclass
 class TrainSection:
     """Length, batch, objective, averaging, evaluation/checkpoint cadence and execution options.
 
-    `threads` sets torch's intra-op threads (0 keeps torch's default, one per core). It is 1 by default: on a
-    shared 2-core CPU two threads ran up to 10x slower than one (their barriers wait for preempted peers), and GPU
-    runs do not depend on it. A resume is bitwise exact for the same thread count.
-
-    `processes` N > 1 makes `vitkit train` / `vitkit finetune` start N data-parallel processes on this machine
-    itself, as `torchrun --standalone --nproc_per_node N` would (ignored when a launcher already started the
-    run). On a CPU, N processes of `threads` threads each use the cores better than one process with N times the
-    threads: a small model's many small kernels parallelise poorly within one process (BENCHMARKS.md).
-
-    `micro_batch_size` M > 0 caps the images of one forward/backward pass: a rank's share of the batch is run in
-    micro-batches of M and their gradients summed, which bounds activation memory without changing the step. A
-    batch share of M or fewer images is one pass; 0 is no cap.
-
-    `cuda_graph` ('auto', 'on' or 'off') captures the update of a step (forward, backward, clipping, optimizer)
-    once as a CUDA graph and replays it every step (vitkit.train.graph): a small model's step on a GPU is bound by
-    launching its kernels, not by running them. 'auto' is on for a classification run in one process on CUDA,
-    and off otherwise; 'on' refuses a run it cannot capture.
-
-    `eval_batch_size` is the images per evaluation pass; 0 (the default) is `batch_size`, so evaluation needs no
-    more memory than training does, at any resolution (timm's default too).
-
-    `keep_freed_memory` (on by default; CPU with glibc only) makes the process keep freed memory for reuse, as a
-    GPU's caching allocator does, instead of faulting each step's activations and gradients in again: steps up to
-    ~1.14x faster (vitkit.allocator). It sets glibc's malloc thresholds for the whole process, for as long as
-    its training loop runs (the heap is returned before the final evaluation), so a program that calls
-    `vitkit.train.train` and wants its own malloc settings turns it off.
-
-    `objective` is 'classification' (`loss`, `label_smoothing`) or 'mpp': masked patch prediction (§4.6, B.1.2),
-    self-supervised pre-training of a ViT with `mpp_target` ('mean_color', 'downsized' or 'pixels'),
-    `mpp_corrupt_rate` of the patches corrupted and `mpp_bits` bits per colour channel. An MPP run trains no
-    classifier, so it has no accuracy evaluation (`eval_every` must be 0): its report has the MPP loss on the test
-    set, and final/ holds the bare ViT (no head) to fine-tune. `fewshot_every` N > 0 runs the few-shot linear
-    evaluation (vitkit.evaluate.fewshot, on `fewshot_num_test` test images) every N steps and at the end.
+    `threads` is 1 by default: on a shared 2-core CPU two threads ran up to 10x slower than one (their barriers
+    wait for preempted peers); a resume is bitwise exact for the same thread count. `processes` N > 1 starts N
+    data-parallel processes on this machine, as `torchrun --standalone --nproc_per_node N` would (ignored when a
+    launcher started the run): on a CPU, N processes of `threads` threads use the cores better than one process
+    with N times the threads (BENCHMARKS.md). `micro_batch_size` M runs a rank's share of the batch in
+    micro-batches of M with their gradients summed: the step is unchanged, activation memory bounded.
+    `cuda_graph` captures a step's update once as a CUDA graph and replays it (vitkit.train.graph): a small
+    model's GPU step is bound by launching kernels. `keep_freed_memory` (CPU with glibc) keeps freed memory in
+    the process as a GPU's caching allocator does (vitkit.allocator): steps up to ~1.14x faster; it tunes malloc
+    for the whole process while the loop runs, so a program with its own malloc settings turns it off.
+    `objective` 'mpp' is masked patch prediction (§4.6, B.1.2): no classifier, so no accuracy evaluation
+    (`eval_every` must be 0), the report has the MPP loss on the test set and final/ holds the bare ViT.
     """
 
-    steps: int = 700
-    batch_size: int = 128
-    micro_batch_size: int = 0
-    seed: int = 0
-    objective: str = "classification"
-    loss: str = "softmax"
-    label_smoothing: float = 0.1
-    mpp_target: str = "mean_color"
-    mpp_corrupt_rate: float = 0.5
-    mpp_bits: int = 3
-    ema_decay: float = 0.0
-    eval_every: int = 0
-    eval_batch_size: int = 0
-    fewshot_every: int = 0
-    fewshot_num_test: int = 2000
-    checkpoint_every: int = 200
-    keep_checkpoints: int = 2
-    log_every: int = 20
-    precision: str = "auto"
-    compile: bool = False
-    cuda_graph: str = "auto"
-    device: str = "auto"
-    threads: int = 1
-    processes: int = 1
-    strategy: str = "auto"
-    keep_freed_memory: bool = True
+    steps: int = option(700, "optimizer steps (or --epochs E on the command line)")
+    batch_size: int = option(128, "images per step, over all processes")
+    micro_batch_size: int = option(
+        0, "images per forward/backward pass, gradients summed (0: the whole share)"
+    )
+    seed: int = option(0, "seed of initialisation, batches, augmentation and dropout")
+    objective: str = option("classification", "classification or mpp (masked patch prediction)")
+    loss: str = option("softmax", "classification loss: softmax cross-entropy or sigmoid")
+    label_smoothing: float = option(0.1, "label smoothing of the classification loss")
+    mpp_target: str = option("mean_color", "what a corrupted patch predicts: mean_color, downsized or pixels")
+    mpp_corrupt_rate: float = option(0.5, "share of patches corrupted by mpp")
+    mpp_bits: int = option(3, "bits per colour channel of the mpp target")
+    ema_decay: float = option(0.0, "Polyak averaging of the weights, evaluated and saved (0: off)")
+    eval_every: int = option(0, "evaluate every N steps (0: at the end only)")
+    eval_batch_size: int = option(0, "images per evaluation pass (0: batch_size)")
+    fewshot_every: int = option(0, "few-shot linear evaluation every N steps and at the end (0: off)")
+    fewshot_num_test: int = option(2000, "test images of the few-shot evaluation")
+    checkpoint_every: int = option(200, "write a checkpoint every N steps (and at the end)")
+    keep_checkpoints: int = option(2, "checkpoints kept")
+    log_every: int = option(20, "log the loss every N steps")
+    precision: str = option("auto", "auto, bf16 or fp32 (docs/PRECISION.md)")
+    compile: bool = option(False, "torch.compile the forward pass")
+    cuda_graph: str = option("auto", "replay each step's update as a CUDA graph: auto, on or off")
+    device: str = option("auto", "auto (CUDA when present), cpu, cuda:1, ...")
+    threads: int = option(1, "torch intra-op threads per process (0: torch's default)")
+    processes: int = option(1, "data-parallel processes started on this machine")
+    strategy: str = option("auto", "under several processes: auto, ddp or fsdp")
+    keep_freed_memory: bool = option(True, "CPU: keep freed memory for reuse (vitkit.allocator)")
 
     def eval_batch(self) -> int:
         """Images per evaluation pass: `eval_batch_size`, or the training batch size when it is 0."""
@@ -182,8 +178,19 @@ class RunConfig:
     optim: OptimSection = field(default_factory=OptimSection)
     train: TrainSection = field(default_factory=TrainSection)
 
+    def follow_data(self) -> RunConfig:
+        """With no model named or given, the data's default model (vitkit.train.defaults), refined by any
+        architecture fields set; a named model or given weights are kept as they are."""
+        m = self.model
+        if m.name is None and m.weights is None:
+            m.name, architecture = default_model(self.data.source)
+            m.overrides = {**architecture, **m.overrides}
+        return self
+
     def validate(self) -> RunConfig:
-        """Cross-field checks, so a bad recipe fails before any data is loaded."""
+        """Settle the model (`follow_data`), then cross-field checks, so a bad recipe fails before any data is
+        loaded."""
+        self.follow_data()
         if (self.model.name is None) == (self.model.weights is None):
             raise ValueError(
                 "set exactly one of model.name (train from scratch) and model.weights (fine-tune)"
@@ -295,7 +302,7 @@ class RunConfig:
         lines = []
         for section, values in self.to_dict().items():
             lines.append(f"[{section}]")
-            lines += [f"{key} = {_toml_value(v)}" for key, v in values.items() if v is not None]
+            lines += [f"{key} = {toml_value(v)}" for key, v in values.items() if v is not None]
             lines.append("")
         return "\n".join(lines)
 
@@ -303,7 +310,6 @@ class RunConfig:
 def finetune_defaults() -> RunConfig:
     """The paper's fine-tuning recipe (§3.2, B.1.1), sized for Fashion-MNIST on a small machine."""
     return RunConfig(
-        model=ModelSection(name=None, overrides={}),
         optim=OptimSection(
             name="sgd", lr=0.01, weight_decay=0.0, momentum=0.9, warmup_steps=10, schedule="cosine"
         ),
@@ -313,138 +319,17 @@ def finetune_defaults() -> RunConfig:
     )
 
 
-def from_dict(data: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
-    """Apply a nested {section: {field: value}} dict (a parsed TOML file) on top of `base`.
-
-    A [model] section replaces the base model entirely (a recipe names its whole architecture); the other
-    sections update the base field by field.
-    """
-    config = base if base is not None else RunConfig()
-    for section, values in data.items():
-        if not isinstance(values, dict):
-            raise ValueError(f"config entry {section!r} must be a [section]; valid sections: {SECTIONS}")
-        if section == "model":
-            config.model = ModelSection(name=None, overrides={})
-            values = dict(sorted(values.items(), key=lambda kv: kv[0] not in ("name", "weights")))
-        for name, value in values.items():
-            set_value(config, f"{section}.{name}", value)
-    return config
-
-
-def load_config(path: str | Path, base: RunConfig | None = None) -> RunConfig:
-    """Read a TOML recipe; unknown sections or keys are errors that list the valid ones."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such config file")
-    try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: invalid TOML ({error})") from None
-    return from_dict(data, base)
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value with TOML rules (`1e-3`, `true`, `[2, 2]`, `"x"`); anything else is a string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
-def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
-    """Apply `section.field=value` strings in order."""
-    for item in overrides:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise ValueError(f"override {item!r} is not of the form section.field=value")
-        set_value(config, key.strip(), parse_value(text.strip()))
-    return config
-
-
-def fit_to_steps(config: RunConfig, recipe_steps: int, explicit: set[str]) -> list[str]:
-    """Shorten a recipe's schedule to `config.train.steps` (a quick trial: `vitkit train --steps 30`).
-
-    A warmup that no longer fits keeps its share of the recipe's `recipe_steps`-step run, below the new length.
-    Evaluation, few-shot and checkpoint cadences longer than the run need nothing: each also happens at the end.
-    Keys in `explicit` (set on the command line) are left as given, so `validate` reports a conflict among them.
-    Returns the changes as 'key old -> new'.
-    """
-    steps, optim = config.train.steps, config.optim
-    if "optim.warmup_steps" in explicit or steps <= 0 or optim.warmup_steps < steps:
-        return []
-    warmup = min(round(optim.warmup_steps * steps / max(recipe_steps, 1)), steps - 1)
-    change = f"optim.warmup_steps {optim.warmup_steps} -> {warmup}"
-    optim.warmup_steps = warmup
-    return [change]
-
-
-def override_keys(overrides: list[str]) -> set[str]:
-    """The `section.field` keys a list of `section.field=value` overrides sets."""
-    return {item.partition("=")[0].strip() for item in overrides}
-
-
 SECTIONS = [f.name for f in dataclasses.fields(RunConfig)]
 
 
-def valid_keys(config: RunConfig, section: str) -> list[str]:
-    """Every settable key of a section; [model] also takes the fields of the named model's config class."""
-    keys = [
-        f"{section}.{f.name}" for f in dataclasses.fields(getattr(config, section)) if f.name != "overrides"
-    ]
-    if section == "model" and config.model.name is not None:
-        model_fields = dataclasses.fields(type(model_config(config.model.name)))
-        keys += [f"model.{f.name}" for f in model_fields]
-    return keys
-
-
-# Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
-# stopped by an unreadable image (data.on_corrupt='stop') saw none before it, so it continues with 'skip' exactly
-# as if it had started with it.
-RESUME_MAY_CHANGE = ("data.workers", "data.prefetch", "data.on_corrupt")
-RENAMED = {"data.dataset": "data.source"}  # other names a recipe may use for a key
-
-
-def set_value(config: RunConfig, key: str, value: Any) -> None:
-    """Set one `section.field`, coercing to the field's type; an unknown key names the valid ones."""
-    section, _, name = RENAMED.get(key, key).partition(".")
-    if section not in SECTIONS:
-        raise ValueError(f"unknown config key {key!r}: no section {section!r}; valid sections: {SECTIONS}")
-    target = getattr(config, section)
-    hints = typing.get_type_hints(type(target))
-    if name in hints and name != "overrides":
-        setattr(target, name, _coerce(value, hints[name], key))
-    elif section == "model" and (config.model.name is None or f"model.{name}" in valid_keys(config, "model")):
-        config.model.overrides[name] = value  # checked against the architecture when the model is built
-    else:
-        raise ValueError(f"unknown config key {key!r}; valid keys: {', '.join(valid_keys(config, section))}")
-
-
-def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Check and convert a parsed value to a dataclass field type (ints widen to floats, lists to tuples)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (types.UnionType, typing.Union):
-        if value is None or (isinstance(value, str) and value.lower() == "none" and type(None) in args):
-            return None
-        return _coerce(value, next(a for a in args if a is not type(None)), key)
-    if origin is tuple:
-        if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise ValueError(f"{key} must be a list of {len(args)} values, got {value!r}")
-        return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
-    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):
-        return value
-    raise ValueError(f"{key} must be of type {hint.__name__}, got {value!r}")
-
-
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
     """One TOML value: JSON strings are valid TOML basic strings; floats keep their exact repr."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and not math.isfinite(value):
         return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     return json.dumps(value)
 
 
