@@ -24,16 +24,6 @@ COMMANDS = [command for path in documents() for command in command_lines(path)]
 RUN = {"models", "demo", "convert", "predict"}
 
 
-def resolve_recipe(args: argparse.Namespace) -> None:
-    """The recipe the line trains with, built and validated."""
-    from vitkit.commands.train import resolve_config
-    from vitkit.train.recipe import RunConfig, finetune_defaults, load_config
-
-    base = finetune_defaults() if args.command == "finetune" else RunConfig()
-    fixed = {"model.weights": args.weights} if args.command == "finetune" else {}
-    resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
-
-
 def run_with(*extra: str) -> Callable[[argparse.Namespace], None]:
     """A resolver that runs the line with `extra` options added (e.g. `--print-config`) and expects success."""
 
@@ -44,14 +34,8 @@ def run_with(*extra: str) -> Callable[[argparse.Namespace], None]:
     return resolve
 
 
-def takes_option(command: str, option: str) -> bool:
-    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
-    return option in commands.choices[command]._option_string_actions
-
-
 RESOLVE: dict[str, Callable[[argparse.Namespace], None]] = {
-    command: run_with("--print-config") if takes_option(command, "--print-config") else resolve_recipe
-    for command in ("train", "finetune")
+    command: run_with("--print-config") for command in ("train", "finetune")
 }
 
 

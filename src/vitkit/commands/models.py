@@ -14,7 +14,7 @@ from typing import Any
 from vitkit.commands import positive_int
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import MODELS, create_model, list_models
-from vitkit.train.recipe import load_config
+from vitkit.train.overrides import load_config
 
 HELP = "list registered models with parameters and GFLOPs per image (at each model's input, or a recipe's)"
 
