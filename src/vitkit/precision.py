@@ -19,9 +19,10 @@ How `auto` decides, for one device and one model at one batch size:
      timings are kept in the cache directory (vitkit.cache: one small JSON per CPU model, thread count, torch
      version, model configuration, input shape and mode), so the same call measures once per machine and every
      later process chooses the same.
-  Inference of a few images (batch <= `FEW_IMAGES`) is never measured, since measuring would cost more than the
-  images: a timing cached by an earlier call decides, else the rule: bf16 for models of at least
-  `FEW_IMAGES_BF16_PARAMS` parameters (ViT-B and larger, whose matrix products dominate), fp32 below.
+  Inference of a few images (batch <= `FEW_IMAGES`), or of a large model, is not measured: measuring would cost
+  more than the images, or minutes for a large model at a high resolution, for an answer known in advance. A
+  timing cached by an earlier call decides, else the rule: bf16 for models of at least `LARGE_MODEL_PARAMS`
+  parameters (ViT-B and larger, whose matrix products dominate), fp32 below.
 - any other device: fp32.
 
 Every decision comes with a one-line reason, printed by the commands and recorded in report.json (`precision`,
@@ -55,7 +56,7 @@ WARMUP_CALLS = 2
 MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
 FEW_IMAGES = 4  # inference batches up to this size are decided without measuring
-FEW_IMAGES_BF16_PARAMS = 50_000_000  # ...in bf16 from this size (ViT-B/16: 86M; ViT-S/16: 22M)
+LARGE_MODEL_PARAMS = 50_000_000  # bf16 without measuring from this size (ViT-B/16: 86M; ViT-S/16: 22M)
 
 Step = Callable[
     [torch.dtype | None], object
@@ -300,28 +301,31 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
             model(example[0])
 
     key = ("inference", model_signature(model), shape, str(device))
+    large = sum(p.numel() for p in model.parameters()) >= LARGE_MODEL_PARAMS
     if (
         precision == "auto"
-        and batch_size <= FEW_IMAGES
+        and (batch_size <= FEW_IMAGES or large)
         and device.type == "cpu"
         and native_bf16_units()
         and stored_seconds(key) is None
     ):
-        return few_images_rule(model, batch_size, device)
+        return unmeasured_rule(model, batch_size, device)
     return choose_precision(
         precision, device, measure=forward, key=key, what=f"a forward pass at batch {shape[0]}"
     )
 
 
-def few_images_rule(model: nn.Module, batch_size: int, device: torch.device) -> Precision:
-    """auto for a few images on a CPU with native bf16 units, unmeasured: bf16 for large models only."""
+def unmeasured_rule(model: nn.Module, batch_size: int, device: torch.device) -> Precision:
+    """auto, unmeasured, on a CPU with native bf16 units: bf16 for large models, fp32 for small ones."""
     params = sum(p.numel() for p in model.parameters())
     units = " and ".join(native_bf16_units())
-    why = f"auto: CPU with {units}; {batch_size} image(s) at a time are not worth a measurement"
-    if params >= FEW_IMAGES_BF16_PARAMS:
+    if params >= LARGE_MODEL_PARAMS:
         return Precision(
-            "bf16", f"{why}, and a model of {params / 1e6:.3g}M parameters gains from bf16", device
+            "bf16",
+            f"auto: CPU with {units}, and a model of {params / 1e6:.3g}M parameters gains from bf16",
+            device,
         )
+    why = f"auto: CPU with {units}; {batch_size} image(s) at a time are not worth a measurement"
     return Precision(
         "fp32", f"{why}, and a model of {params / 1e6:.3g}M parameters gains little from bf16", device
     )

@@ -74,9 +74,17 @@ def test_a_few_images_are_decided_by_rule_without_measuring(monkeypatch):
     chosen = inference_precision("auto", model, 1)
     assert time.perf_counter() - start < 0.5
     assert chosen.name == "fp32" and "not worth a measurement" in chosen.reason
-    monkeypatch.setattr(precision, "FEW_IMAGES_BF16_PARAMS", 1000)  # the rule's threshold below this model
-    assert inference_precision("auto", model, precision.FEW_IMAGES).name == "bf16"
     assert inference_precision("fp32", model, 1).name == "fp32"
+
+
+def test_a_large_model_is_bf16_by_rule_at_any_batch(monkeypatch):
+    """Measuring ViT-B/16 at 384 px would take minutes for an answer known in advance."""
+    model = tiny_model()
+    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
+    monkeypatch.setattr(precision, "LARGE_MODEL_PARAMS", 1000)  # the rule's threshold below this model
+    for batch in (1, precision.FEW_IMAGES, 64):
+        chosen = inference_precision("auto", model, batch)
+        assert chosen.name == "bf16" and "gains from bf16" in chosen.reason
 
 
 def test_a_few_images_use_an_earlier_measurement_of_the_same_call(monkeypatch, timed_step):
