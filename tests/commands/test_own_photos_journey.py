@@ -1,5 +1,6 @@
-"""The README's "Your own photos" commands, as written, resolve to the runs they describe (no training: the
-acceptance run in the README trains them), so the documented journey cannot drift from the command line."""
+"""The "Your own photos" commands (docs/start/own-photos.md, which README's section abridges), as written,
+resolve to the runs they describe (no training: the docs' example tests run them), so the documented journey
+cannot drift from the command line."""
 
 from __future__ import annotations
 
@@ -17,9 +18,9 @@ ROOT = Path(__file__).parents[2]
 
 
 def journey() -> list[list[str]]:
-    """The vitkit command lines of the README section, continuation lines joined and comments dropped."""
-    section = (ROOT / "README.md").read_text().split("### Your own photos", 1)[1].split("\n### ", 1)[0]
-    block = section.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    """The vitkit command lines of the page's first shell block, continuation lines joined, comments dropped."""
+    page = (ROOT / "docs" / "start" / "own-photos.md").read_text()
+    block = page.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
     return [shlex.split(line, comments=True)[1:] for line in block.splitlines() if line.startswith("vitkit ")]
 
 
