@@ -1,9 +1,9 @@
 """vitkit: Vision Transformers exactly as "An Image is Worth 16x16 Words" (Dosovitskiy et al., ICLR 2021)."""
 
-import importlib.metadata
-
 from vitkit import inspect  # noqa: E402,F401  (vitkit.inspect: the paper's Fig. 6/7 probes)
+from vitkit.export import export_onnx, export_program, load_program, read_onnx_metadata
 from vitkit.models import ResNetConfig, ViTConfig, build_model, create_model, list_models, model_config
+from vitkit.version import __version__ as __version__
 from vitkit.weights import (  # timm / transformers are imported only inside from_/to_timm, from_/to_hf
     export_npz,
     from_hf,
@@ -23,6 +23,10 @@ __all__ = [
     "list_models",
     "model_config",
     "export_npz",
+    "export_onnx",
+    "export_program",
+    "load_program",
+    "read_onnx_metadata",
     "from_hf",
     "from_pretrained",
     "from_timm",
@@ -31,7 +35,3 @@ __all__ = [
     "to_hf",
     "to_timm",
 ]
-try:
-    __version__ = importlib.metadata.version("vitkit")  # pyproject.toml's [project] version, once installed
-except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
-    __version__ = "0+unknown"
