@@ -14,6 +14,7 @@ import vitkit
 from vitkit.data.transforms import eval_transform
 from vitkit.export import ExportMismatch, export_onnx, read_onnx_metadata
 from vitkit.export.check import compare
+from vitkit.export.staging import staged
 
 from .conftest import KINDS, tiny_model
 
@@ -141,3 +142,15 @@ def test_full_size_models_export(name: str, tmp_path: Path) -> None:
     (check,) = export_onnx(model, tmp_path / "m.onnx", log=None)
     print(f"{name}: {check.summary()}")
     assert_reproduces(model, tmp_path / "m.onnx")
+
+
+def test_staging_moves_the_file_and_its_sidecars_or_nothing(tmp_path: Path) -> None:
+    with staged(tmp_path / "m.onnx") as target:
+        target.write_text("graph")
+        target.with_name("m.onnx.data").write_text("weights")
+        (target.parent / "scratch").mkdir()  # an intermediate directory is not moved
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+    with pytest.raises(RuntimeError, match="check failed"), staged(tmp_path / "n.onnx") as target:
+        target.write_text("graph")
+        raise RuntimeError("check failed")
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -115,7 +116,7 @@ def serve_rows(
                 compiled = stack.enter_context(compiled_for_inference(module))
                 candidates[f"compiled {precision}"] = forward_call(compiled, x, dtype)
         for precision, session in sessions.items():
-            candidates[f"onnxruntime {precision}"] = lambda session=session: session(x_numpy)
+            candidates[f"onnxruntime {precision}"] = partial(session, x_numpy)
         logits = {key: _logits(call()) for key, call in candidates.items()}
         if log:
             log(f"{name} batch {batch}: timing {', '.join(candidates)}")

@@ -9,6 +9,7 @@ capture serves both exports: a model that exports to `.pt2` exports to ONNX.
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -50,13 +51,15 @@ def export_onnx(
     program = _onnx_program(model)
     checks = []
     with staged(path) as target:
-        fp32_path = target.with_name(target.stem + ".fp32.onnx") if int8 else target
+        # int8: the float32 file (and its external data, if any) in a directory of its own, removed once quantised
+        fp32_path = target.parent / "fp32" / target.name if int8 else target
+        fp32_path.parent.mkdir(exist_ok=True)
         program.save(str(fp32_path))
         onnx.checker.check_model(str(fp32_path), full_check=True)
         checks.append(compare(model, runner(fp32_path), "ONNX Runtime fp32", tolerance=tolerance))
         if int8:
             quantize_int8(fp32_path, target)
-            fp32_path.unlink()
+            shutil.rmtree(fp32_path.parent)
             onnx.checker.check_model(str(target))
             checks.append(compare(model, runner(target), "ONNX Runtime int8", tolerance=None))
         if log is not None:

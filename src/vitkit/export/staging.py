@@ -21,7 +21,8 @@ def staged(path: str | os.PathLike) -> Iterator[Path]:
     directory = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield directory / path.name
-        staged_files = sorted(directory.iterdir(), key=lambda f: f.name == path.name)  # the main file last
+        files = [f for f in directory.iterdir() if f.is_file()]
+        staged_files = sorted(files, key=lambda f: f.name == path.name)  # the main file last
         for file in staged_files:
             with open(file, "rb") as f:
                 os.fsync(f.fileno())
