@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import vitkit
 from vitkit.data.transforms import eval_transform
 from vitkit.export import ExportMismatch, export_onnx, read_onnx_metadata
 from vitkit.export.check import compare
+from vitkit.export.requirements import MissingDependency
 from vitkit.export.staging import staged
 
 from .conftest import KINDS, tiny_model
@@ -156,3 +158,12 @@ def test_staging_moves_the_file_and_its_sidecars_or_nothing(tmp_path: Path) -> N
         target.write_text("graph")
         raise RuntimeError("check failed")
     assert sorted(f.name for f in tmp_path.iterdir()) == ["m.onnx", "m.onnx.data"]
+
+
+def test_a_missing_serving_package_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # `import onnxscript` now raises ImportError
+    with pytest.raises(
+        MissingDependency, match=r"onnxscript is not installed.*pip install 'vitkit\[serve\]'"
+    ):
+        export_onnx(tiny_model("gap"), tmp_path / "m.onnx", log=None)
+    assert not list(tmp_path.iterdir())

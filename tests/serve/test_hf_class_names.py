@@ -10,7 +10,6 @@ import torch
 import vitkit
 from vitkit.weights.hf import class_names_from_config
 
-transformers = pytest.importorskip("transformers")
 NAMES = ["T-shirt/top", "Trouser", "Pullover"]
 
 
@@ -20,7 +19,9 @@ def tiny_vit() -> torch.nn.Module:
     )
 
 
+@pytest.mark.slow  # importing transformers takes seconds
 def test_names_travel_to_transformers_and_back(tmp_path: Path) -> None:
+    transformers = pytest.importorskip("transformers")
     model = tiny_vit()
     model.class_names = NAMES
     hf_model = vitkit.to_hf(model)
@@ -31,7 +32,9 @@ def test_names_travel_to_transformers_and_back(tmp_path: Path) -> None:
     assert vitkit.from_hf(reloaded).class_names == NAMES
 
 
+@pytest.mark.slow
 def test_placeholder_labels_are_no_names() -> None:
+    pytest.importorskip("transformers")
     hf_model = vitkit.to_hf(tiny_vit())  # no class names: transformers fills in LABEL_0, LABEL_1, ...
     assert hf_model.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
     assert vitkit.from_hf(hf_model).class_names is None
