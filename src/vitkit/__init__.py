@@ -5,7 +5,6 @@ torch; `from vitkit import create_model` imports what it needs then.
 """
 
 import importlib
-import importlib.metadata
 from typing import Any
 
 # public name -> the module that defines it (timm / transformers are imported only inside from_/to_timm, _hf)
@@ -25,6 +24,10 @@ _EXPORTS = {
     "save_pretrained": "vitkit.weights",
     "to_hf": "vitkit.weights",
     "to_timm": "vitkit.weights",
+    "export_onnx": "vitkit.export",  # serving: ONNX and torch.export files checked against PyTorch
+    "export_program": "vitkit.export",
+    "load_program": "vitkit.export",
+    "read_onnx_metadata": "vitkit.export",
 }
 _SUBPACKAGES = ("inspect",)  # vitkit.inspect: the paper's Fig. 6/7 probes
 # The Python API of the commands: vitkit.train(...) and vitkit.evaluate(...) are their packages, called
@@ -34,16 +37,9 @@ _API = {"train": "vitkit.train", "evaluate": "vitkit.evaluate", "finetune": "vit
 __all__ = [*_EXPORTS, *_API]
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("vitkit")  # pyproject.toml's [project] version, once installed
-    except importlib.metadata.PackageNotFoundError:  # a source tree on sys.path that was never installed
-        return "0+unknown"
-
-
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        value: Any = _version()
+        value: Any = importlib.import_module("vitkit.version").__version__
     elif name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
     elif name in _SUBPACKAGES:

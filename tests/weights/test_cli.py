@@ -89,7 +89,7 @@ def test_predict_table_and_bad_file(tmp_path: Path, capsys: pytest.CaptureFixtur
         "--topk",
         "3",
     ]
-    assert main(argv) == 0  # a skipped file is reported, as by inspect; exit 1 only when none is readable
+    assert main(argv) == 1  # the readable ones classified, but a named file failed
     out, err = capsys.readouterr()
     skipped = [line for line in err.splitlines() if line.startswith("vitkit predict: skipping")]
     assert len(skipped) == 1 and f"skipping {broken}: not an image" in skipped[0]

@@ -7,6 +7,7 @@
     vitkit bench train      --rounds 5 [--config R.toml] [--processes 2]    # training step vs timm (wall clock)
     vitkit bench precision  --model ViT-S/16 --batch-size 32                # training step bf16 vs fp32, auto
     vitkit bench data ROOT  --workers 0,1,2 --models ViT-S/16,ViT-B/16      # input pipeline vs torchvision, training
+    vitkit bench serve      --models ViT-S/16,ViT-B/16 --batch-sizes 1,8    # eager, compiled, ONNX Runtime fp32/int8
 
 Each benchmark is a module of vitkit.bench listed in BENCHMARKS: NAME, HELP, COLUMNS (None: every key of the
 rows), add_arguments(parser) for its own options, and run(args, log) -> rows. The options below are everyone's.
@@ -20,14 +21,14 @@ import sys
 
 import torch
 
-from vitkit.bench import batch, checkpointing, data, inference, resolution, train_precision, training
+from vitkit.bench import batch, checkpointing, data, inference, resolution, serve, train_precision, training
 from vitkit.bench.table import environment, format_table
 
 HELP = (
     "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep, training step, "
-    "bf16 vs fp32, input pipeline"
+    "bf16 vs fp32, input pipeline, serving runtimes"
 )
-BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_precision, data)
+BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_precision, data, serve)
 
 
 def _common_options() -> argparse.ArgumentParser:

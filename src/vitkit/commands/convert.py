@@ -1,4 +1,5 @@
-"""`vitkit convert SRC DST --to {vitkit,timm,hf,npz}`: weights between vitkit, timm, transformers, JAX."""
+"""`vitkit convert SRC DST --to {vitkit,timm,hf,npz,onnx,exported}`: weights between vitkit, timm, transformers,
+JAX; and serving exports (ONNX, optionally int8; a `torch.export` program), each checked against PyTorch."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ from pathlib import Path
 
 import torch
 
+from vitkit.data import open_source
+from vitkit.evaluate import evaluate
+from vitkit.export import export_onnx, export_program
+from vitkit.export.accuracy import onnx_top1
+from vitkit.models.registry import Model
 from vitkit.storage import atomic_write, save_state_dict
 from vitkit.weights import export_npz, load_weights, save_pretrained, to_hf, to_timm
 from vitkit.weights.mapping import describe
 
-HELP = "convert weights between vitkit, timm, transformers and the official JAX .npz layout"
-TARGETS = ("vitkit", "timm", "hf", "npz")
+HELP = (
+    "convert weights between vitkit, timm, transformers and the official JAX .npz layout; export to ONNX or a "
+    "torch.export program for serving"
+)
+TARGETS = ("vitkit", "timm", "hf", "npz", "onnx", "exported")
+FILE_TARGETS = ("npz", "timm", "onnx", "exported")
 SOURCE_FORMATS = ("npz", "vitkit", "timm", "hf")
 _PICKLE_SUFFIXES = (".pth", ".pt", ".bin")
 
@@ -24,7 +34,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "or a timm/transformers/vitkit state dict (.safetensors, .pth, .bin)",
     )
     parser.add_argument(
-        "dst", help="vitkit/hf: a directory; timm: a .safetensors (or .pth) file; npz: a file"
+        "dst",
+        help="vitkit/hf: a directory; timm: a .safetensors (or .pth) file; npz, onnx, exported (.pt2): a file",
     )
     parser.add_argument("--to", required=True, choices=TARGETS, help="target format")
     parser.add_argument("--format", choices=SOURCE_FORMATS, help="source format, when the file does not say")
@@ -46,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="linen",
         help="npz key layout: current Flax (linen) or that of the published checkpoints (legacy)",
     )
+    parser.add_argument(
+        "--int8",
+        action="store_true",
+        help="onnx: int8 weights (ONNX Runtime dynamic quantisation of the matrix products; docs/SERVING.md)",
+    )
+    parser.add_argument(
+        "--accuracy-on",
+        metavar="DATA",
+        help="onnx: also report top-1 of PyTorch and of the written file on DATA's test split "
+        "(a dataset name, folder:PATH, ...: as vitkit eval --data)",
+    )
+    parser.add_argument("--data-dir", help="where the --accuracy-on dataset lives")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     src, dst = Path(args.src).absolute(), Path(args.dst).absolute()
     if dst == src or (src.is_dir() and src in dst.parents):
         raise ValueError(f"{args.dst}: is or is inside the source {args.src}; write the conversion elsewhere")
-    if args.to in ("npz", "timm") and dst.is_dir():
+    if (args.int8 or args.accuracy_on) and args.to != "onnx":
+        raise ValueError(f"--int8 and --accuracy-on apply to --to onnx, not --to {args.to}")
+    if args.to in FILE_TARGETS and dst.is_dir():
         raise ValueError(f"{args.dst}: is a directory; --to {args.to} writes a file")
     model = load_weights(
         args.src,
@@ -75,7 +100,26 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.dst, lambda tmp: torch.save(tensors, tmp))
         else:
             save_state_dict(state, args.dst, metadata={"format": "pt", "library": "timm"})
-    else:
+    elif args.to == "hf":
         to_hf(model).save_pretrained(args.dst)
+    else:
+        export_for_serving(model, args)
     print(f"{args.src} -> {args.dst} ({args.to}): {type(model).__name__} {describe(model.config)}")
     return 0
+
+
+def export_for_serving(model: Model, args: argparse.Namespace) -> None:
+    """--to onnx / exported: write, check (printed), and with --accuracy-on compare top-1 on a test split."""
+    if args.to == "exported":
+        export_program(model, args.dst)
+        return
+    dataset = open_source(args.accuracy_on, "test", args.data_dir) if args.accuracy_on else None
+    export_onnx(model, args.dst, int8=args.int8)
+    if dataset is not None:
+        torch_top1 = evaluate(model, dataset, device="cpu").top1
+        file_top1 = onnx_top1(args.dst, dataset)
+        kind = "int8" if args.int8 else "fp32"
+        print(
+            f"top-1 on {dataset.source} (test, {len(dataset)} images): PyTorch fp32 {100 * torch_top1:.2f}%, "
+            f"ONNX Runtime {kind} {100 * file_top1:.2f}% ({100 * (file_top1 - torch_top1):+.2f} points)"
+        )

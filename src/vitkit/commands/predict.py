@@ -1,20 +1,36 @@
-"""`vitkit predict IMAGE... --weights W`: classify images (the paper's eval preprocessing), top-k."""
+"""`vitkit predict IMAGE... --weights W`: classify images (the paper's eval preprocessing), top-k, as a table or
+as a file a program reads (`--output preds.jsonl` / `.csv`).
+
+Exit status: 0 when every named file was classified (unreadable files found by scanning a directory are skipped,
+each with a line, and recorded in --output); 1 when a file named on the command line could not be read (the
+others are still classified and written); 2 when no image at all could be classified.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from torch import nn
+from tqdm import tqdm
 
+from vitkit.commands import positive_int
 from vitkit.data.decode import ImageDecodeError, add_max_pixels_argument, decode_image, find_images
 from vitkit.data.transforms import eval_transform
 from vitkit.device import resolve_device
-from vitkit.precision import add_precision_argument, inference_precision
+from vitkit.evaluate.predictions import Prediction, output_format, write_predictions
+from vitkit.models import ResNetConfig, ViTConfig
+from vitkit.models.registry import Model
+from vitkit.precision import Precision, add_precision_argument, inference_precision
 from vitkit.weights import load_weights
 
-HELP = "classify images (resize to the model size, pixels to [-1, 1]) and print the top-k classes"
+HELP = (
+    "classify images (resize to the model size, pixels to [-1, 1]); print the top-k classes or write a file"
+)
+PROGRESS_MIN = 8  # a progress bar for more images than this
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,17 +44,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--format", choices=("npz", "vitkit", "timm", "hf"), help="weights format if not evident"
     )
-    parser.add_argument("--labels", help="text file with one class name per line, in class-index order")
+    parser.add_argument(
+        "--labels",
+        help="text file with one class name per line, in class-index order (default: the names the weights carry)",
+    )
+    parser.add_argument(
+        "--output",
+        metavar="FILE",
+        help="write one record per image to FILE instead of printing tables: .jsonl (JSON Lines) or .csv",
+    )
+    parser.add_argument(
+        "--batch-size", type=positive_int, default=32, help="images per forward pass (default 32)"
+    )
     parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
     add_precision_argument(parser)
-    parser.add_argument("--topk", type=int, default=5, help="classes to show per image (default 5)")
+    parser.add_argument("--topk", type=int, default=5, help="classes per image (default 5)")
     add_max_pixels_argument(parser)
 
 
-def read_labels(path: str | None, num_classes: int) -> list[str]:
-    """Class names, one per line; their count must equal the model's classes."""
+def class_names(path: str | None, model: Model) -> list[str] | None:
+    """Names in class-index order: the --labels file, else the weights' own, else None (indices)."""
+    num_classes = model.config.num_classes
     if path is None:
-        return [str(i) for i in range(num_classes)]
+        return model.class_names
     labels = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
     if len(labels) != num_classes:
         raise ValueError(f"{path}: {len(labels)} labels for a model with {num_classes} classes")
@@ -48,36 +76,80 @@ def read_labels(path: str | None, num_classes: int) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
+    if args.output:
+        output_format(args.output)  # an unknown extension is refused before any work
     model = load_weights(args.weights, format=args.format).to(resolve_device(args.device)).eval()
-    config = model.config
-    if not config.num_classes:
+    if not model.config.num_classes:
         raise ValueError(f"{args.weights}: the model has no classification head (num_classes=0)")
-    labels = read_labels(args.labels, config.num_classes)
-    k = min(args.topk, config.num_classes)
-    precision = inference_precision(args.precision, model, 1)
+    names = class_names(args.labels, model)
+    precision = inference_precision(args.precision, model, args.batch_size)
     print(f"device {precision.device}, precision {precision}", file=sys.stderr)
-    files, skipped = find_images(args.images)
-    for item in skipped:
-        print(f"vitkit predict: skipping {item['path']}: {item['reason']}", file=sys.stderr)
-    classified = 0
-    with torch.no_grad(), precision.inference(model):  # weights cast once for every image
-        for path in files:
-            try:
-                pixels = decode_image(path, max_pixels=args.max_pixels)
-            except ImageDecodeError as error:
-                print(f"vitkit predict: skipping {error}", file=sys.stderr)
-                continue
-            x = eval_transform(pixels[None].to(precision.device), config.img_size, config.in_chans)
-            probs = model(x).float().softmax(-1)[0]
-            top = probs.topk(k)
-            print(path)
-            print(f"  {'rank':>4}  {'prob':>7}  class")
-            for rank, (p, index) in enumerate(
-                zip(top.values.tolist(), top.indices.tolist(), strict=True), start=1
-            ):
-                name = labels[index] if args.labels else str(index)
-                print(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if args.labels else ""))
-            classified += 1
-    if not classified:
+    files, missing = find_images(args.images)
+    named = {Path(p) for p in args.images if not Path(p).is_dir()}
+    predictions = [Prediction(item["path"], error=f"{item['path']}: {item['reason']}") for item in missing]
+    for prediction in predictions:
+        print(f"vitkit predict: skipping {prediction.error}", file=sys.stderr)
+    k = min(args.topk, model.config.num_classes)
+    progress = tqdm(total=len(files), unit="image", file=sys.stderr, disable=len(files) <= PROGRESS_MIN)
+    with progress, torch.no_grad(), precision.inference(model) as forward:  # weights cast once for all
+        for prediction in classify(files, forward, precision, model.config, names, k, args):
+            progress.update()
+            if prediction.error is not None:
+                progress.write(f"vitkit predict: skipping {prediction.error}", file=sys.stderr)
+            elif not args.output:
+                print_table(prediction, names is not None)
+            predictions.append(prediction)
+    if not any(p.error is None for p in predictions):
         raise ValueError("no readable image among " + " ".join(args.images))
-    return 0
+    if args.output:
+        write_predictions(args.output, predictions, k)
+        print(f"{len(predictions)} records -> {args.output}", file=sys.stderr)
+    failed_named = [p for p in predictions if p.error is not None and Path(p.path) in named]
+    return 1 if failed_named else 0
+
+
+def classify(
+    files: list[Path],
+    forward: nn.Module,
+    precision: Precision,
+    config: ViTConfig | ResNetConfig,
+    names: list[str] | None,
+    k: int,
+    args: argparse.Namespace,
+) -> Iterator[Prediction]:
+    """A Prediction per file, in order; readable images go through the model `args.batch_size` at a time."""
+    pending: list[tuple[Path, torch.Tensor]] = []
+
+    def flush() -> Iterator[Prediction]:
+        x = torch.cat([pixels for _, pixels in pending])
+        top = forward(x).float().softmax(-1).topk(k)
+        for (path, _), values, indices in zip(
+            pending, top.values.tolist(), top.indices.tolist(), strict=True
+        ):
+            labels = [names[i] if names else str(i) for i in indices]
+            yield Prediction(str(path), labels, indices, values)
+        pending.clear()
+
+    for path in files:
+        try:
+            pixels = decode_image(path, max_pixels=args.max_pixels)
+        except ImageDecodeError as error:
+            yield from flush() if pending else ()
+            yield Prediction(str(path), error=str(error))
+            continue
+        pending.append(
+            (path, eval_transform(pixels[None].to(precision.device), config.img_size, config.in_chans))
+        )
+        if len(pending) == args.batch_size:
+            yield from flush()
+    if pending:
+        yield from flush()
+
+
+def print_table(prediction: Prediction, named: bool) -> None:
+    print(prediction.path)
+    print(f"  {'rank':>4}  {'prob':>7}  class")
+    for rank, (p, name, index) in enumerate(
+        zip(prediction.probs, prediction.classes, prediction.indices, strict=True), start=1
+    ):
+        print(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if named else ""))

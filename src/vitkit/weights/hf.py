@@ -9,6 +9,8 @@ What transformers can and cannot hold:
   token). A vitkit model with pre-logits and no head becomes a `ViTModel` whose `pooler_output` is the vitkit
   output; with pre-logits *and* a head there is no transformers model that applies both, so it is refused
   (fine-tune with `num_classes=K`, which drops the pre-logits as the paper does, or use `num_classes=0`).
+* Class names: `model.class_names` travel as transformers' `id2label` / `label2id`, and come back unless they are
+  transformers' placeholders `LABEL_0`, `LABEL_1`, ...
 * LayerNorm epsilon (transformers' default 1e-12, the official 1e-6) and GELU flavour travel in the config:
   `layer_norm_eps`, and `hidden_act` 'gelu' (erf) or 'gelu_pytorch_tanh'.
 
@@ -112,6 +114,25 @@ def hints_from_config(config: Any, source: str) -> dict[str, Any]:
     )
 
 
+def class_names_from_config(config: Any, source: str) -> list[str] | None:
+    """The class names of a transformers config's `id2label` (object or dict), None when they are only the
+    placeholders LABEL_i transformers fills in (or are absent)."""
+    get = config.get if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
+    id2label = get("id2label") or {}
+    try:
+        labels = {int(i): str(name) for i, name in id2label.items()}
+    except (TypeError, ValueError, AttributeError):
+        raise ValueError(f"{source}: id2label must map class indices to names, got {id2label!r}") from None
+    if sorted(labels) != list(range(len(labels))):
+        raise ValueError(
+            f"{source}: id2label must name classes 0..{len(labels) - 1}, got indices {sorted(labels)}"
+        )
+    names = [labels[i] for i in range(len(labels))]
+    if not names or names == [f"LABEL_{i}" for i in range(len(names))]:
+        return None
+    return names
+
+
 def load_hf_state(
     state: Mapping[str, torch.Tensor],
     source: str,
@@ -139,7 +160,11 @@ def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: 
     where = f"transformers {name}"
     hints = hints_from_config(hf_model.config, where)
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
-    return load_hf_state(state, where, hints=hints, keep_pre_logits=keep_pre_logits, **overrides)
+    model = load_hf_state(state, where, hints=hints, keep_pre_logits=keep_pre_logits, **overrides)
+    names = class_names_from_config(hf_model.config, where)
+    if names is not None and len(names) == model.config.num_classes:  # a new --num-classes head: names gone
+        model.class_names = names
+    return model
 
 
 def to_hf(model: nn.Module) -> Any:
@@ -184,6 +209,10 @@ def to_hf(model: nn.Module) -> Any:
         pooler_act="tanh",
         num_labels=max(config.num_classes, 1),
     )
+    names = getattr(model, "class_names", None)
+    if names is not None and config.num_classes:
+        hf_config.id2label = dict(enumerate(names))
+        hf_config.label2id = {name: i for i, name in enumerate(names)}
     if config.num_classes:
         hf_model, prefix = ViTForImageClassification(hf_config), CLASSIFIER_PREFIX
     else:
