@@ -30,6 +30,8 @@ def test_names_travel_to_transformers_and_back(tmp_path: Path) -> None:
     hf_model.save_pretrained(tmp_path / "hf")
     reloaded = transformers.ViTForImageClassification.from_pretrained(tmp_path / "hf")
     assert vitkit.from_hf(reloaded).class_names == NAMES
+    assert vitkit.load_weights(tmp_path / "hf").class_names == NAMES  # the directory, read by vitkit itself
+    assert vitkit.load_weights(tmp_path / "hf", num_classes=3, reset_head=True).class_names is None
 
 
 @pytest.mark.slow

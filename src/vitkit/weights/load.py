@@ -28,7 +28,7 @@ from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_conf
 from vitkit.weights import hub
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.download import fetch
-from vitkit.weights.hf import hints_from_config, load_hf_state
+from vitkit.weights.hf import class_names_from_config, hints_from_config, load_hf_state
 from vitkit.weights.official import load_official, read_npz
 from vitkit.weights.pretrained import from_pretrained, resolve_directory
 from vitkit.weights.timm import load_timm_state
@@ -133,9 +133,13 @@ def _load_directory(path: Path, format: str | None, hints: dict[str, Any], optio
         if weights is None:
             raise FileNotFoundError(f"{directory}: a transformers directory needs one of {list(_HF_WEIGHTS)}")
         hf_hints = {**hints_from_config(config, str(config_path)), **hints}
-        return load_state(
+        model = load_state(
             read_state_dict(weights, _container(weights)), str(weights), "hf", hf_hints, options
         )
+        names = class_names_from_config(config, str(config_path))
+        if names is not None and not options.get("reset_head") and len(names) == model.config.num_classes:
+            model.class_names = names  # id2label; a new head has no names yet
+        return model
     if format not in (None, "vitkit"):
         raise ValueError(
             f"{directory}: a vitkit directory holds {CONFIG_NAME} + {WEIGHTS_NAME}, not format {format!r}"
