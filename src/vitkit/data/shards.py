@@ -21,16 +21,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
-from .decode import IMAGE_EXTENSIONS, ImageDecodeError, decode_image
+from .decode import IMAGE_EXTENSIONS, ImageDecodeError, check_byte_size, decode_image
 from .lazy import TEST_SPLITS, check_reading
 from .transforms import TrainTransform, key, sample_keys
 
@@ -41,9 +43,14 @@ MEMBER_EXTENSIONS = (
     UNKNOWN_IMAGE_EXTENSION,
 )
 LABEL_EXTENSION = "cls"
+LABEL_PATTERN = re.compile(rb"\s*([0-9]{1,18})\s*")  # ASCII digits only: int() would take "٢" and "0_1"
+MAX_LABEL_BYTES = 64
 SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
 _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
 _BUFFER_DOMAIN = 0x627566  # "buf"
+
+
+Member = bytes | ImageDecodeError | None  # an image member's bytes; too large (unread); missing
 
 
 class ShardSource:
@@ -68,12 +75,7 @@ class ShardSource:
                 f"{info_path}: missing; a wds: directory needs the {INFO_NAME} that `vitkit data pack` writes "
                 f'({{"classes": [...], "splits": {{"train": {{"shards": [{{"name": "train-000000.tar", "images": N}}]}}}}}})'
             )
-        try:
-            info = json.loads(info_path.read_text())
-            classes = [str(c) for c in info["classes"]]
-            splits = info["splits"]
-        except (ValueError, KeyError, TypeError) as err:
-            raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
+        classes, splits = read_index(info_path)
         name = split if split in splits else next((s for s in TEST_SPLITS if s in splits), None)
         if split != "train" and name is None or split == "train" and split not in splits:
             raise FileNotFoundError(f"{info_path}: no {split} split (it lists {', '.join(splits)})")
@@ -84,7 +86,7 @@ class ShardSource:
             raise FileNotFoundError(
                 f"{missing[0]}: missing shard ({len(missing)} of {len(self.paths)} missing)"
             )
-        self.counts = np.array([int(shard["images"]) for shard in shards], dtype=np.int64)
+        self.counts = np.array([shard["images"] for shard in shards], dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)])  # index of each shard's first sample
         self.classes = classes
         self.split = name
@@ -106,9 +108,11 @@ class ShardSource:
             "need an indexable data.source (in memory, folder:, hf:)"
         )
 
-    def samples(self, shard: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
-        """(index in the split, member name, image bytes or None, label or None) of each sample of a shard, in
-        order; a shard shorter than dataset.json says, or not a tar file, raises a one-line ValueError."""
+    def samples(self, shard: int) -> Iterator[tuple[int, str, Member, int | None]]:
+        """(index in the split, member name, image bytes (None when missing, an ImageDecodeError when too
+        large), label or None) of each sample of a shard, in order; a shard shorter than dataset.json says, or not
+        a tar file, raises a one-line ValueError. Only image and label members are read into memory, each after
+        its size is checked: the stream passes over any other member."""
         path = self.paths[shard]
         count, first = int(self.counts[shard]), int(self.offsets[shard])
         position = 0
@@ -125,11 +129,10 @@ class ShardSource:
                         position += 1
                         image, label = None, None
                     current = sample
-                    data = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file: isfile() above
                     if extension.lower() in MEMBER_EXTENSIONS:
-                        image = data
-                    elif extension == LABEL_EXTENSION:
-                        label = parse_label(data)
+                        image = read_member(tar, member, f"{path}:{member.name}")
+                    elif extension == LABEL_EXTENSION and member.size <= MAX_LABEL_BYTES:
+                        label = parse_label(read_member(tar, member, f"{path}:{member.name}"))
                 if current is not None:
                     yield first + position, f"{path}:{current}", image, label
                     position += 1
@@ -138,8 +141,10 @@ class ShardSource:
         if position != count:
             raise ValueError(f"{path}: shard ends after {position} of the {count} images {INFO_NAME} lists")
 
-    def decode(self, name: str, image: bytes | None, label: int | None, channels: int) -> torch.Tensor:
+    def decode(self, name: str, image: Member, label: int | None, channels: int) -> torch.Tensor:
         """A sample's pixels; ImageDecodeError when its image is missing, undecodable or its label is bad."""
+        if isinstance(image, ImageDecodeError):
+            raise image
         if image is None:
             raise ImageDecodeError(f"{name}: no image member ({', '.join(MEMBER_EXTENSIONS)})")
         if label is None or not 0 <= label < len(self.classes):
@@ -149,12 +154,57 @@ class ShardSource:
         return decode_image(image, name=name, channels=channels)
 
 
-def parse_label(data: bytes) -> int | None:
-    """A `.cls` member's class index; None (reported per sample by decode) when it is not an integer."""
+def read_index(info_path: Path) -> tuple[list[str], dict[str, Any]]:
+    """(classes, splits) of a dataset.json, every field checked: a missing or mistyped one is a one-line error
+    naming it, before anything is read or written."""
+    where = f"{info_path}: not a vitkit shard index"
     try:
-        return int(data.decode().strip())
-    except (UnicodeDecodeError, ValueError):
-        return None
+        info = json.loads(info_path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{where} (not JSON: {err})") from None
+    shape = '{"classes": ["a", ...], "splits": {"train": {"shards": [{"name": "train-000000.tar", "images": N}]}}}'
+    if not isinstance(info, dict):
+        raise ValueError(f"{where}: expected an object {shape}")
+    classes, splits = info.get("classes"), info.get("splits")
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) and c for c in classes):
+        raise ValueError(f"{where}: 'classes' must be a non-empty list of class names, got {classes!r:.80}")
+    if len(set(classes)) < len(classes):
+        raise ValueError(f"{where}: 'classes' names a class twice")
+    if not isinstance(splits, dict) or not splits:
+        raise ValueError(
+            f"{where}: 'splits' must be an object of splits, got {splits!r:.80} (expected {shape})"
+        )
+    for split, entry in splits.items():
+        shards = entry.get("shards") if isinstance(entry, dict) else None
+        if not isinstance(shards, list) or not shards:
+            raise ValueError(f"{where}: 'splits.{split}.shards' must be a non-empty list, got {shards!r:.80}")
+        for i, shard in enumerate(shards):
+            name = shard.get("name") if isinstance(shard, dict) else None
+            images = shard.get("images") if isinstance(shard, dict) else None
+            if not isinstance(name, str) or not name or os.path.basename(name) != name:
+                raise ValueError(
+                    f"{where}: 'splits.{split}.shards[{i}].name' must be a file name, got {name!r:.80}"
+                )
+            if not isinstance(images, int) or isinstance(images, bool) or images < 0:
+                raise ValueError(
+                    f"{where}: 'splits.{split}.shards[{i}].images' must be a whole number >= 0, got {images!r:.80}"
+                )
+    return classes, splits
+
+
+def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str) -> bytes | ImageDecodeError:
+    """A member's bytes, or (unread) the ImageDecodeError of one above the byte limit."""
+    try:
+        check_byte_size(member.size, name)
+    except ImageDecodeError as error:
+        return error
+    return tar.extractfile(member).read()  # type: ignore[union-attr]  # a regular file: samples() checks
+
+
+def parse_label(data: bytes | ImageDecodeError) -> int | None:
+    """A `.cls` member's class index (ASCII digits); None (reported per sample by decode) for anything else."""
+    match = LABEL_PATTERN.fullmatch(data) if isinstance(data, bytes) else None
+    return int(match[1]) if match else None
 
 
 def stream_batches_per_epoch(source: ShardSource, streams: int, batch: int) -> int:
@@ -192,7 +242,7 @@ class ShardSteps(IterableDataset):
         self.workers = max(source.workers, 1)
         self.per_epoch = self.workers * stream_batches_per_epoch(source, world_size * self.workers, batch)
 
-    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, Member, int | None]]:
         """Stream `slot` (of ranks x workers) of an epoch: its shards in order, through the keyed shuffle buffer."""
         streams = self.world_size * self.workers
         order = torch.sort(sample_keys(torch.arange(len(self.source.paths)), self.seed, epoch, _SHARD_ORDER_DOMAIN),
