@@ -117,10 +117,19 @@ def _raster_formats() -> list[str]:
     return [fmt for fmt in Image.OPEN if fmt != "EPS"]
 
 
+def printable(text: str) -> str:
+    """`text` as valid Unicode that any stream or figure takes: the bytes of a file name that are not UTF-8 (held
+    by Python as surrogates) as \\xNN, any other lone surrogate as \\uNNNN."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _display_name(source: ImageSource, name: str | None) -> str:
     if name is not None:
-        return name
-    return "<image bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else str(source)
+        return printable(name)
+    return "<image bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else printable(str(source))
 
 
 def _open(source: bytes | bytearray | memoryview, name: str, limit: int) -> Image.Image:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .decode import IMAGE_EXTENSIONS, file_kind, read_file
+from .decode import IMAGE_EXTENSIONS, file_kind, printable, read_file
 from .lazy import TEST_SPLITS, LazySource
 
 
@@ -34,11 +34,6 @@ def split_directory(root: Path, split: str) -> Path:
             f"ImageFolder {split} needs the directories {', '.join(wanted)} (one folder per class)"
         )
     return found
-
-
-def printable(name: str) -> str:
-    """A file name as valid Unicode text: bytes that are not UTF-8 (held by Python as surrogates) as \\xNN."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
 def _is_dir(entry: os.DirEntry) -> bool:

@@ -221,8 +221,13 @@ class TrainBatches:
         return Batch(images, source.labels[indices], indices)
 
     def close(self) -> None:
-        """Stop the worker processes (also done when the object is collected) and free an augmented epoch."""
-        self._stream = None
+        """Stop the worker processes now and free an augmented epoch. The loader's iterator is shut down
+        explicitly: an exception leaving a step (Ctrl-C) keeps it referenced from its traceback, so dropping it
+        alone would leave the workers running until the process exits."""
+        stream, self._stream = self._stream, None
+        shutdown = getattr(stream, "_shutdown_workers", None)  # torch's DataLoader iterator; None in memory
+        if shutdown is not None:
+            shutdown()
         self._epoch = None
 
 

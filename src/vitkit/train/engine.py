@@ -55,7 +55,7 @@ from vitkit.storage import (
     save_pretrained,
 )
 from vitkit.train import checkpoint as ckpt
-from vitkit.train import dcp, report
+from vitkit.train import dcp, report, shutdown
 from vitkit.train.averaging import ema_model
 from vitkit.train.distributed import (
     data_parallel,
@@ -93,7 +93,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
     rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
-    with process_group(resolve_device(config.train.device)):
+    with shutdown.sigterm_interrupts(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 in _train, released however the run ends
         try:
@@ -257,8 +257,8 @@ def _train(
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
-    finally:
-        train_step.batches.close()
+    finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.train.shutdown)
+        shutdown.bounded("the data loader workers", train_step.batches.close)
         progress.close()
         if metrics is not None:
             metrics.close()

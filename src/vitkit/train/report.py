@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
+from vitkit.data.decode import printable
 from vitkit.storage import atomic_write, atomic_write_text
+from vitkit.train.shutdown import bounded
 
 METRICS_NAME = "metrics.jsonl"
 REPORT_NAME = "report.json"
@@ -56,8 +58,10 @@ class MetricsLog:
         self.writer.flush()
 
     def close(self) -> None:
+        """metrics.jsonl first (flushed and closed at once), then TensorBoard's writer, whose close waits on its
+        writing thread: for at most CLOSE_SECONDS."""
         self.file.close()
-        self.writer.close()
+        bounded("the TensorBoard writer", self.writer.close)
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -151,18 +155,21 @@ def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.P
     import matplotlib.pyplot as plt
 
     k = len(classes)
+    # Names users control, drawn as they are: never parsed as mathtext, never a surrogate the font cannot take.
+    classes, title = [printable(c) for c in classes], printable(title)
     rates = confusion.double() / confusion.sum(1, keepdim=True).clamp(min=1)
     size = min(4 + 0.5 * k, 20)
     fig, ax = plt.subplots(figsize=(size, size))
     ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
     if k <= 20:
-        ax.set_xticks(range(k), classes, rotation=45, ha="right")
-        ax.set_yticks(range(k), classes)
+        ax.set_xticks(range(k), classes, rotation=45, ha="right", parse_math=False)
+        ax.set_yticks(range(k), classes, parse_math=False)
         for i in range(k):
             for j in range(k):
                 color = "white" if rates[i, j] > 0.5 else "black"
                 ax.text(j, i, str(int(confusion[i, j])), ha="center", va="center", fontsize=7, color=color)
-    ax.set(xlabel="predicted", ylabel="true", title=title)
+    ax.set(xlabel="predicted", ylabel="true")
+    ax.set_title(title, parse_math=False)
     fig.tight_layout()
     path = Path(path)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
