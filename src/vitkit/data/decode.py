@@ -92,7 +92,9 @@ def file_kind(mode: int) -> str:
     return next((kind for test, kind in kinds if test(mode)), "not a regular file")
 
 
-def read_file(path: str | os.PathLike, name: str | None = None, max_bytes: int | None = None) -> bytes:
+def read_file(
+    path: str | bytes | os.PathLike, name: str | None = None, max_bytes: int | None = None
+) -> bytes:
     """The bytes of the regular file `path`, refused (ImageDecodeError) without blocking or reading when it is
     a FIFO, device, socket or directory, or larger than the byte limit; OSError when it cannot be opened."""
     label = name or os.fsdecode(path)
@@ -165,7 +167,7 @@ def _open(source: bytes | bytearray | memoryview, name: str, limit: int) -> Imag
     return image
 
 
-def _read_path(path: str | os.PathLike, name: str) -> bytes:
+def _read_path(path: str | bytes | os.PathLike, name: str) -> bytes:
     """read_file with the open errors of a path as one-line ImageDecodeErrors."""
     try:
         return read_file(path, name)

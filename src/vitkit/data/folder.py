@@ -148,7 +148,7 @@ class FolderSource(LazySource):
     def _bytes(self, position: int) -> bytes:
         return read_file(self._path(position), self._name(position))
 
-    def _path(self, position: int) -> bytes:
+    def _path(self, position: int) -> bytes:  # bytes: any file name, UTF-8 or not
         return os.path.join(os.fsencode(self.directory), self.paths[position])
 
     def _name(self, position: int) -> str:

@@ -91,12 +91,13 @@ class SplitLabels:
         if values.null_count:
             row = pc.index(values.is_null(), True).as_py()
             raise ValueError(f"{where} row {row}: label is null (column {column!r}); every row needs a label")
-        self.names: np.ndarray | None = None  # the name of each row (strings), else None
-        self.codes: np.ndarray  # each row's index into self.vocabulary (ClassLabel) or class index (integers)
-        self.vocabulary = names
+        self.codes: (
+            np.ndarray
+        )  # each row's index into self.vocabulary (names), else its class index (integers)
+        self.vocabulary = names  # ClassLabel names, sorted string labels, or None (integers)
         if pt.is_string(values.type) or pt.is_large_string(values.type):
-            self.vocabulary, inverse = np.unique(values.to_numpy(zero_copy_only=False), return_inverse=True)
-            self.vocabulary, self.codes = [str(name) for name in self.vocabulary], inverse.astype(np.int64)
+            distinct, inverse = np.unique(values.to_numpy(zero_copy_only=False), return_inverse=True)
+            self.vocabulary, self.codes = [str(name) for name in distinct], inverse.astype(np.int64)
         elif pt.is_integer(values.type):
             self.codes = np.array(values.to_numpy(), dtype=np.int64)  # a writable copy
         else:

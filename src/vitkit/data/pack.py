@@ -252,7 +252,7 @@ def summarise(source: Source, split: str, check: bool) -> Summary:
                 except ImageDecodeError as err:
                     summary.unreadable.append(str(err))
                     continue
-                counts[label] += 1  # type: ignore[index]  # complete() checked it
+                counts[label] += 1
                 if index % every == 0:
                     _measure(summary, data, name, check)
         except ValueError as err:  # a shard that ends early: listed, the rest of the split not read

@@ -52,10 +52,33 @@ def read_batch(
         except ImageDecodeError as err:
             skipped.append(str(err))
             continue
+        except MemoryError:  # an image within the limits that this machine still cannot hold
+            skipped.append(f"{source.name(index)}: out of memory decoding it (expected a smaller image)")
+            continue
         kept.append(position)
     chosen = torch.tensor(kept, dtype=torch.int64)
     processed = preprocess(images, indices[chosen]) if images else torch.empty(0, *shape)
     return Batch(processed, source.labels[indices][chosen], indices[chosen], skipped=skipped)
+
+
+def next_batch(stream: Iterator[Batch]) -> Batch:
+    """The next batch; an error raised in a DataLoader worker, which torch hands over with the worker's whole
+    traceback in its message, is raised again as one line: its last line, and which worker."""
+    try:
+        return next(stream)
+    except StopIteration:
+        raise
+    except Exception as error:
+        text = str(error)
+        if "Original Traceback" not in text:
+            raise
+        where = text.split("\n", 1)[0].removeprefix("Caught ").rstrip(".")
+        line = f"{text.strip().splitlines()[-1]} ({where})"
+        try:
+            short = type(error)(line)
+        except Exception:  # an exception type that takes other arguments
+            short = RuntimeError(line)
+        raise short from error
 
 
 def check_skipped(source: LazySource | ShardSource, batch: Batch) -> None:
@@ -195,7 +218,7 @@ class TrainBatches:
                 steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank,
                                   self.world_size, step, self.steps)  # fmt: skip
             self._stream = iter(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
-        batch = next(self._stream)
+        batch = next_batch(self._stream)
         self._next_step = step + 1
         check_skipped(self.source, batch)
         if batch.step != step:
@@ -272,7 +295,9 @@ def eval_batches(
         items: Dataset = ShardChunks(source, chunks, preprocess, (in_chans, *img_size))
     else:
         items = EvalChunks(source, chunks, img_size, in_chans)
-    for batch in loader(source, items, device.type == "cuda"):
+    stream = iter(loader(source, items, device.type == "cuda"))
+    for _ in range(len(chunks)):  # one batch a chunk
+        batch = next_batch(stream)
         check_skipped(source, batch)
         yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)
 

@@ -79,7 +79,7 @@ class ShardSource:
         name = split if split in splits else next((s for s in TEST_SPLITS if s in splits), None)
         if split != "train" and name is None or split == "train" and split not in splits:
             raise FileNotFoundError(f"{info_path}: no {split} split (it lists {', '.join(splits)})")
-        shards = splits[name]["shards"]
+        shards = splits[name or split]["shards"]
         self.paths = [directory / shard["name"] for shard in shards]
         missing = [str(p) for p in self.paths if not p.is_file()]
         if missing:

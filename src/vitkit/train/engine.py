@@ -189,6 +189,7 @@ def _train(
     images_per_second = 0.0
     losses = PendingLosses(device)
     split = StepSplit(device)
+    reported = set(train_set.skipped)
     model.train()
     try:
         for step in range(start_step, t.steps):
@@ -205,7 +206,9 @@ def _train(
             except NonFiniteLoss as error:
                 raise NonFiniteLoss(f"{error} ({last_good_checkpoint(run_dir)})") from None
             for line in train_set.skipped[skips_before:]:
-                progress.write(f"step {done}: skipped unreadable image {line}")
+                if line not in reported:  # each image once; report.json counts how often it was met
+                    reported.add(line)
+                    progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
             if log_step:
@@ -253,7 +256,7 @@ def _train(
         wall = time.perf_counter() - clock
         final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
         read = [train_set, test_set] + ([validation] if validation is not None else [])
-        skipped = [line for source in read for line in all_ranks(source.skipped)]
+        gathered = [all_ranks(source.skipped) for source in read]
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
@@ -270,7 +273,8 @@ def _train(
         **precision.record(),
         "step_seconds": split.per_step(),
         "data_wait_share": split.share("data"),
-        "skipped_images": skipped,
+        "skipped_images": report.count_skipped([line for lines in gathered for line in lines]),
+        "test_images": len(test_set) - len(set(gathered[1])),  # those evaluated: a skipped image is not
     }
     if validation is not None:
         summary |= {"val_data": validation.source, "val_images": len(validation)}
@@ -635,7 +639,6 @@ def finish(
         "ema": bool(t.ema_decay),
         "train_data": train_set.source,
         "test_data": test_set.source,
-        "test_images": len(test_set),
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)

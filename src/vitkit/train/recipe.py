@@ -32,6 +32,7 @@ LOSSES = ("softmax", "sigmoid")
 CUDA_GRAPH = ("auto", "on", "off")  # vitkit.train.graph
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
 RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
+MAX_STEPS = 2**53  # the schedule divides step by steps in float64, exact up to here
 
 
 @dataclass
@@ -254,6 +255,8 @@ class RunConfig:
         ):
             if value < low:
                 raise ValueError(f"{key} must be >= {low}, got {value}")
+        if t.steps > MAX_STEPS:
+            raise ValueError(f"train.steps must be <= 2**53 = {MAX_STEPS:,}, got {t.steps}")
         _check_range("optim.lr", o.lr, 0.0, math.inf, low_open=True)
         _check_range("optim.weight_decay", o.weight_decay, 0.0, math.inf)
         _check_range("optim.momentum", o.momentum, 0.0, 1.0, high_open=True)

@@ -108,6 +108,14 @@ def format_metrics(record: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def count_skipped(lines: list[str]) -> list[dict[str, Any]]:
+    """Each skipped image once, in the order first met: {"image": its one-line error, "times": how often met}."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line] = counts.get(line, 0) + 1
+    return [{"image": line, "times": times} for line, times in counts.items()]
+
+
 def write_report(run_dir: str | os.PathLike, report: dict[str, Any]) -> Path:
     path = Path(run_dir) / REPORT_NAME
     atomic_write_text(path, json.dumps(report, indent=2) + "\n")
