@@ -72,8 +72,11 @@ def next_batch(stream: Iterator[Batch]) -> Batch:
         text = str(error)
         if "Original Traceback" not in text:
             raise
-        where = text.split("\n", 1)[0].removeprefix("Caught ").rstrip(".")
-        line = f"{text.strip().splitlines()[-1]} ({where})"
+        lines = text.strip().splitlines()
+        where = lines[0].removeprefix("Caught ").rstrip(".")
+        # The worker's exception is the text after the traceback's last indented (File ...) line.
+        last = max(i for i, line in enumerate(lines) if line.startswith(" "))
+        line = f"{' '.join(' '.join(lines[last + 1 :]).split())} ({where})"
         try:
             short = type(error)(line)
         except Exception:  # an exception type that takes other arguments

@@ -2,10 +2,11 @@
 
 A sample is the tar members sharing a key (the member name up to its first dot): an image (`.jpg`, `.png`, ...)
 and its class index (`.cls`, text), the WebDataset layout, so shards written by `vitkit data pack` are read by
-the `webdataset` package and the other way round. Reading uses Python's tarfile in streaming mode: a shard is
-read front to back once, which is what object stores and network filesystems serve well, and the shard split,
-shuffle and resume position below are ours to define exactly (the `webdataset` package's pipeline draws from its
-own random state, which would have to be pinned and checkpointed to give the same guarantees).
+the `webdataset` package and the other way round. Reading uses Python's tarfile: a shard is read front to
+back once (the members nobody uses seeked over), which is what object stores and network filesystems serve
+well, and the shard split, shuffle and resume position below are ours to define exactly (the `webdataset`
+package's pipeline draws from its own random state, which would have to be pinned and checkpointed to give the
+same guarantees).
 
 Training (ShardSteps): each epoch shuffles the shard order with a key of (seed, epoch) and deals the shards to
 R x W streams (R ranks x W DataLoader workers, W >= 1), stream j getting shards j, j + RW, ... of that order.
@@ -117,7 +118,8 @@ class ShardSource:
         count, first = int(self.counts[shard]), int(self.offsets[shard])
         position = 0
         try:
-            with tarfile.open(path, "r|*") as tar:
+            # Read in order, member after member; the data of a member nobody uses is seeked over, not read.
+            with tarfile.open(path, "r:*") as tar:
                 current, image, label = None, None, None
                 for member in tar:
                     if not member.isfile():
