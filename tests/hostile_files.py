@@ -17,7 +17,7 @@ def grey_folder(root: Path, classes: tuple[str | bytes, ...] = ("a", "b"), per_c
             folder = os.path.join(os.fsencode(root / split), os.fsencode(name))
             os.makedirs(folder)
             for i in range(per_class):
-                pixels = np.full((28, 28), 60 + 120 * label + i, np.uint8)
+                pixels = np.full((28, 28), 30 + 200 // len(classes) * label + i, np.uint8)
                 Image.fromarray(pixels, "L").save(os.fsdecode(os.path.join(folder, b"%d.png" % i)))
     return root
 
