@@ -10,16 +10,31 @@ import time
 
 import pytest
 
-from vitkit.train.shutdown import Terminated, bounded, sigterm_interrupts
+from vitkit.shutdown import Terminated, bounded, deferred, interruptible, raise_if_stopped
 
 
-def test_sigterm_interrupts_inside_the_block_only() -> None:
-    before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(Terminated), sigterm_interrupts():
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(5)  # interrupted long before
-    assert signal.getsignal(signal.SIGTERM) is before
+def test_signals_interrupt_inside_the_block_only_and_are_never_lost() -> None:
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Terminated), interruptible():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted long before
+        except Terminated:
+            pass  # swallowed, as Python swallows it in a fork hook or a __del__...
+        raise_if_stopped()  # ...and raised again at the next step
+    assert {number: signal.getsignal(number) for number in before} == before
     assert issubclass(Terminated, KeyboardInterrupt)  # the command line's "interrupted", exit code 130
+    raise_if_stopped()  # outside the block: nothing pending
+
+
+def test_an_interruption_is_held_off_until_the_deferred_block_ends() -> None:
+    reached = False
+    with pytest.raises(KeyboardInterrupt), interruptible():
+        with deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            reached = True
+    assert reached
 
 
 def test_a_closing_step_that_hangs_is_left_after_its_limit(capsys) -> None:
@@ -31,3 +46,17 @@ def test_a_closing_step_that_hangs_is_left_after_its_limit(capsys) -> None:
     release.set()
     with pytest.raises(OSError, match="disk"):  # a failure within the limit is the caller's
         bounded("a failing writer", lambda: (_ for _ in ()).throw(OSError("disk")))
+
+
+def test_a_forked_child_gets_the_handlers_of_before(tmp_path) -> None:
+    """A DataLoader worker forked while starts are deferred must still end on SIGTERM."""
+    with interruptible(), deferred():
+        child = os.fork()
+        if child == 0:
+            try:
+                signal.pause()
+            finally:
+                os._exit(0)
+    os.kill(child, signal.SIGTERM)
+    _, status = os.waitpid(child, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from vitkit import shutdown
 from vitkit.allocator import return_freed_memory
 
 from .batch import Batch
@@ -59,6 +60,13 @@ def read_batch(
     chosen = torch.tensor(kept, dtype=torch.int64)
     processed = preprocess(images, indices[chosen]) if images else torch.empty(0, *shape)
     return Batch(processed, source.labels[indices][chosen], indices[chosen], skipped=skipped)
+
+
+def start_stream(batches: DataLoader) -> Iterator[Batch]:
+    """The loader's iterator, its worker processes started with Ctrl-C held off until they all run (an iterator
+    interrupted half-built prints a traceback as it is collected, and a fork hook swallows the interruption)."""
+    with shutdown.deferred():
+        return iter(batches)
 
 
 def next_batch(stream: Iterator[Batch]) -> Batch:
@@ -220,7 +228,7 @@ class TrainBatches:
             else:
                 steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank,
                                   self.world_size, step, self.steps)  # fmt: skip
-            self._stream = iter(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
+            self._stream = start_stream(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
         batch = next_batch(self._stream)
         self._next_step = step + 1
         check_skipped(self.source, batch)
@@ -298,7 +306,7 @@ def eval_batches(
         items: Dataset = ShardChunks(source, chunks, preprocess, (in_chans, *img_size))
     else:
         items = EvalChunks(source, chunks, img_size, in_chans)
-    stream = iter(loader(source, items, device.type == "cuda"))
+    stream = start_stream(loader(source, items, device.type == "cuda"))
     for _ in range(len(chunks)):  # one batch a chunk
         batch = next_batch(stream)
         check_skipped(source, batch)

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
+from vitkit import shutdown
 from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.collectives import all_gather_object, all_reduce_mean, broadcast_object, world
 from vitkit.data import (
@@ -55,7 +56,7 @@ from vitkit.storage import (
     save_pretrained,
 )
 from vitkit.train import checkpoint as ckpt
-from vitkit.train import dcp, report, shutdown
+from vitkit.train import dcp, report
 from vitkit.train.averaging import ema_model
 from vitkit.train.distributed import (
     data_parallel,
@@ -93,7 +94,7 @@ def train(config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False
     rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
-    with shutdown.sigterm_interrupts(), process_group(resolve_device(config.train.device)):
+    with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 in _train, released however the run ends
         try:
@@ -193,6 +194,7 @@ def _train(
     model.train()
     try:
         for step in range(start_step, t.steps):
+            shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
             done = step + 1
             log_step = done % t.log_every == 0 or done == t.steps
             step_start = time.perf_counter()
@@ -260,7 +262,7 @@ def _train(
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
-    finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.train.shutdown)
+    finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.shutdown)
         shutdown.bounded("the data loader workers", train_step.batches.close)
         progress.close()
         if metrics is not None:

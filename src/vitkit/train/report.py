@@ -12,8 +12,8 @@ from typing import Any
 import torch
 
 from vitkit.data.decode import printable
+from vitkit.shutdown import bounded
 from vitkit.storage import atomic_write, atomic_write_text
-from vitkit.train.shutdown import bounded
 
 METRICS_NAME = "metrics.jsonl"
 REPORT_NAME = "report.json"
