@@ -14,7 +14,7 @@ import pytest
 from hostile_files import grey_folder, sparse_file
 from tiny_run import TINY
 from vitkit import cli
-from vitkit.data.decode import ImageDecodeError, decode_image, read_file
+from vitkit.data.decode import ImageDecodeError, decode_image, find_images, read_file
 from vitkit.data.folder import FolderSource
 
 
@@ -77,6 +77,10 @@ def test_special_files_are_refused_without_blocking_or_reading(tmp_path: Path, m
     with pytest.raises(ImageDecodeError, match="huge.png: 1,073,741,824 bytes is above the limit"):
         read_file(sparse_file(tmp_path / "huge.png"))
     assert time.perf_counter() - start < 1
+    files, skipped = find_images([tmp_path])  # what predict DIR and inspect --images DIR read
+    assert files == [tmp_path / "huge.png"]  # refused when read, from its size
+    assert skipped == [{"path": str(fifo), "reason": "a FIFO, not a regular file"},
+                       {"path": str(tmp_path / "zero.png"), "reason": "a character device, not a regular file"}]  # fmt: skip
     image = next((grey_folder(tmp_path / "g") / "train" / "a").iterdir())
     monkeypatch.setenv("VITKIT_MAX_IMAGE_BYTES", "64")  # the limit is configurable
     with pytest.raises(ImageDecodeError, match=r"above the limit of 64 .*VITKIT_MAX_IMAGE_BYTES"):

@@ -257,23 +257,32 @@ def decode_image(
 
 def find_images(paths: Iterable[str | os.PathLike]) -> tuple[list[Path], list[dict[str, str]]]:
     """Files as given, directories expanded (recursively, sorted) to their image files by extension, and the
-    skipped paths [{path, reason}] that do not exist."""
+    skipped paths [{path, reason}] that do not exist or are not regular files (a FIFO named like an image)."""
     files: list[Path] = []
     skipped: list[dict[str, str]] = []
     for path in map(Path, paths):
         if path.is_dir():
-            files.extend(
-                sorted(f for f in path.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTENSIONS)
+            found = sorted(
+                f for f in path.rglob("*") if f.suffix.lower() in IMAGE_EXTENSIONS and not f.is_dir()
             )
+            files.extend(f for f in found if f.is_file())
+            skipped.extend(_not_regular(f) for f in found if not f.is_file())
         elif path.is_file():
             files.append(path)
-        elif path.exists():
-            skipped.append(
-                {"path": str(path), "reason": f"{file_kind(path.stat().st_mode)}, not a regular file"}
-            )
         else:
-            skipped.append({"path": str(path), "reason": "no such file or directory"})
+            skipped.append(_not_regular(path))
     return files, skipped
+
+
+def _not_regular(path: Path) -> dict[str, str]:
+    """The skip entry of a path that is not a regular file (or not there)."""
+    try:
+        reason = f"{file_kind(path.stat().st_mode)}, not a regular file"
+    except FileNotFoundError:
+        reason = "no such file or directory"
+    except OSError as error:
+        reason = error.strerror or str(error)
+    return {"path": printable(str(path)), "reason": reason}
 
 
 def _positive_int(text: str) -> int:
