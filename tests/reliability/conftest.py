@@ -10,19 +10,22 @@ import pytest
 from tiny_run import embedded_data, restore_threads, tiny  # noqa: F401  (fixtures)
 
 DEADLINE_SECONDS = 120
+SLOW_DEADLINE_SECONDS = 3600  # the slow tests start tens of training processes
 
 
 class Deadline(Exception):
-    """A test ran past DEADLINE_SECONDS: something blocked."""
+    """A test ran past its deadline: something blocked."""
 
 
 @pytest.fixture(autouse=True)
-def deadline():
+def deadline(request):
+    seconds = SLOW_DEADLINE_SECONDS if request.node.get_closest_marker("slow") else DEADLINE_SECONDS
+
     def expire(signum, frame):
-        raise Deadline(f"no answer within {DEADLINE_SECONDS} s")
+        raise Deadline(f"no answer within {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(DEADLINE_SECONDS)
+    signal.alarm(seconds)
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)

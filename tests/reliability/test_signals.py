@@ -29,12 +29,12 @@ def folder(tmp_path_factory) -> Path:
     return grey_folder(tmp_path_factory.mktemp("signals") / "images", classes=("a", "b", "c"), per_class=8)
 
 
-def start(out: Path, folder: Path, steps: int, *extra: str) -> subprocess.Popen:
+def start(out: Path, folder: Path, steps: int, *extra: str, checkpoint_every: int = 2) -> subprocess.Popen:
     """`vitkit train` in its own process (and session, as a terminal job), data read by 2 worker processes."""
-    recipe = [*TINY, "optim.warmup_steps=1", "train.batch_size=12", "train.log_every=1",
+    recipe = [*TINY, "optim.warmup_steps=1", "train.batch_size=12", "train.log_every=1", "train.eval_every=7",
               f"data.source=folder:{folder}", "data.workers=2"]  # fmt: skip
     command = [sys.executable, "-m", "vitkit.cli", "train", "--out", str(out), "--steps", str(steps),
-               "--checkpoint-every", "2", *recipe, *extra]  # fmt: skip
+               "--checkpoint-every", str(checkpoint_every), *recipe, *extra]  # fmt: skip
     log = open(out.parent / f"{out.name}.log", "ab")  # noqa: SIM115  (closed with the process)
     return subprocess.Popen(
         command, stdout=log, stderr=log, start_new_session=True, env=os.environ | {"VITKIT_EMBEDDED": "1"}
@@ -50,28 +50,26 @@ def wait_for(condition, process: subprocess.Popen, what: str) -> None:
         time.sleep(0.05)
 
 
-def stopped_within(process: subprocess.Popen, sig: int) -> float:
-    """Seconds from `sig` to the end of the process group, which is killed if it outlives EXIT_SECONDS."""
-    sent = time.monotonic()
-    process.send_signal(sig)
+def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float, int | None]:
+    """Start a run, send `sig` `point` seconds after its run directory appears; (seconds from the signal to the
+    exit, exit code). The process group (the workers too) is killed however the test ends."""
+    process = start(out, folder, 100_000, checkpoint_every=10)
     try:
-        process.wait(timeout=3 * EXIT_SECONDS)
-    finally:
-        elapsed = time.monotonic() - sent
+        wait_for((out / RECIPE_NAME).exists, process, "the run's start")
+        time.sleep(point)
+        sent = time.monotonic()
+        process.send_signal(sig)
         try:
-            os.killpg(process.pid, signal.SIGKILL)  # its workers too, whatever happened
+            process.wait(timeout=3 * EXIT_SECONDS)
+        except subprocess.TimeoutExpired:
+            pass
+        return time.monotonic() - sent, process.poll()
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         process.wait()
-    return elapsed
-
-
-def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float, int | None]:
-    """Start a run, send `sig` `point` seconds after its run directory appears; (seconds to exit, exit code)."""
-    process = start(out, folder, 100_000)
-    wait_for((out / RECIPE_NAME).exists, process, "the run's start")
-    time.sleep(point)
-    return stopped_within(process, sig), process.returncode
 
 
 def check_points(points: list[tuple[float, int]], tmp_path: Path, folder: Path) -> None:
