@@ -50,13 +50,29 @@ def test_a_closing_step_that_hangs_is_left_after_its_limit(capsys) -> None:
 
 def test_a_forked_child_gets_the_handlers_of_before(tmp_path) -> None:
     """A DataLoader worker forked while starts are deferred must still end on SIGTERM."""
-    with interruptible(), deferred():
-        child = os.fork()
-        if child == 0:
-            try:
-                signal.pause()
-            finally:
-                os._exit(0)
+    outer = signal.signal(
+        signal.SIGTERM, signal.SIG_DFL
+    )  # what a command-line process has (pytest-xdist: not)
+    read_end, write_end = os.pipe()
+    try:
+        with interruptible(), deferred():
+            child = os.fork()
+            if child == 0:  # the fork hooks have run: ready
+                try:
+                    os.write(write_end, b"1")
+                    signal.pause()
+                finally:
+                    os._exit(0)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+    assert os.read(read_end, 1) == b"1"
+    os.close(read_end)
+    os.close(write_end)
     os.kill(child, signal.SIGTERM)
-    _, status = os.waitpid(child, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ended[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert ended[0] == child and os.WIFSIGNALED(ended[1]) and os.WTERMSIG(ended[1]) == signal.SIGTERM

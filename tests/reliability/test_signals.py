@@ -1,6 +1,8 @@
 """Real training processes reading an ImageFolder with two DataLoader worker processes: Ctrl-C (SIGINT) and
-SIGTERM at random points end them within seconds, and a resume started at once after SIGKILL (as torchrun
-restarts a worker) takes the lock and runs. The default suite signals a few points; the slow tests 30 of each."""
+SIGTERM at random points stop them within seconds, and a resume started at once after SIGKILL (as torchrun
+restarts a worker) takes the lock and runs. The default suite signals one point and allows the interpreter's
+teardown up to HANG_SECONDS (no hang); the slow tests, 30 points of each signal, want the exit itself within
+EXIT_SECONDS, which needs a machine not shared with other heavy work."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from vitkit.train.recipe import RECIPE_NAME
 from vitkit.train.rundir import RunDirLock
 
 EXIT_SECONDS = 10
+HANG_SECONDS = 60  # the interpreter's own teardown after the run stopped, on a machine shared with other work
 START_SECONDS = 60  # a process start-up (imports, data, model) on a loaded machine
 
 
@@ -50,20 +53,24 @@ def wait_for(condition, process: subprocess.Popen, what: str) -> None:
         time.sleep(0.05)
 
 
-def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float, int | None]:
+def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float, float, int | None]:
     """Start a run, send `sig` `point` seconds after its run directory appears; (seconds from the signal to the
-    exit, exit code). The process group (the workers too) is killed however the test ends."""
+    run's "interrupted" line, to the process's exit; exit code). The process group (the workers too) is killed
+    however the test ends."""
     process = start(out, folder, 100_000, checkpoint_every=10)
+    log = out.parent / f"{out.name}.log"
     try:
         wait_for((out / RECIPE_NAME).exists, process, "the run's start")
         time.sleep(point)
         sent = time.monotonic()
         process.send_signal(sig)
-        try:
-            process.wait(timeout=3 * EXIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            pass
-        return time.monotonic() - sent, process.poll()
+        stopped = None
+        while process.poll() is None and time.monotonic() - sent < HANG_SECONDS:
+            if stopped is None and "vitkit train: interrupted" in log.read_text(errors="replace"):
+                stopped = time.monotonic() - sent
+            time.sleep(0.02)
+        exited = time.monotonic() - sent
+        return exited if stopped is None else stopped, exited, process.poll()
     finally:
         try:
             os.killpg(process.pid, signal.SIGKILL)
@@ -72,16 +79,17 @@ def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float
         process.wait()
 
 
-def check_points(points: list[tuple[float, int]], tmp_path: Path, folder: Path) -> None:
+def check_points(points: list[tuple[float, int]], tmp_path: Path, folder: Path, exit_seconds: float) -> None:
+    """Every run stops (closes what it opened and says "interrupted") within EXIT_SECONDS of the signal and
+    exits, code 130, within `exit_seconds`; its lock is free afterwards."""
     results = [
         interrupt_at(point, sig, tmp_path / f"run{i}", folder) for i, (point, sig) in enumerate(points)
     ]
-    late = [
-        (p, s, r) for (p, s), r in zip(points, results, strict=True) if r[0] > EXIT_SECONDS or r[1] != 130
-    ]
-    assert not late, (
-        f"{len(late)} of {len(points)} did not end in {EXIT_SECONDS} s with exit code 130: {late}"
-    )
+    print(f"{len(points)} signals: stopped after at most {max(r[0] for r in results):.2f} s, exited after at most "
+          f"{max(r[1] for r in results):.2f} s; exit codes {sorted({r[2] for r in results})}")  # fmt: skip
+    late = [(p, s, r) for (p, s), r in zip(points, results, strict=True)
+            if r[0] > EXIT_SECONDS or r[1] > exit_seconds or r[2] != 130]  # fmt: skip
+    assert not late, f"{len(late)} of {len(points)} late or with another exit code: {late}"
     for i in range(len(points)):
         RunDirLock(tmp_path / f"run{i}").acquire().release()  # every lock free once the process is gone
 
@@ -92,13 +100,16 @@ def random_points(count: int, seed: int) -> list[tuple[float, int]]:
 
 
 def test_ctrl_c_ends_a_run_with_workers_within_seconds(tmp_path: Path, folder: Path) -> None:
-    check_points(random_points(1, seed=0), tmp_path, folder)  # SIGTERM: test_shutdown.py, and the slow test
+    # the exit itself within HANG_SECONDS: on a loaded machine Python's teardown alone can take 10 s
+    check_points(
+        random_points(1, seed=0), tmp_path, folder, exit_seconds=HANG_SECONDS
+    )  # SIGTERM: the slow test
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_30_random_points_each_end_within_seconds(sig: int, tmp_path: Path, folder: Path) -> None:
-    check_points([(point, sig) for point, _ in random_points(30, seed=sig)], tmp_path, folder)
+    check_points([(point, sig) for point, _ in random_points(30, seed=sig)], tmp_path, folder, EXIT_SECONDS)
 
 
 def kill_and_resume(out: Path, folder: Path, kills: int, seed: int) -> None:
