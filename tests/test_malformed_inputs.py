@@ -368,7 +368,7 @@ def test_training_on_broken_data_stops_in_one_line_and_resumes_skipping(sources,
     )
     assert cli.main(["train", "--out", str(run), "--resume", "data.on_corrupt=skip"]) == 0
     skipped = json.loads((run / "report.json").read_text())["skipped_images"]
-    assert skipped and all("wds/train-" in line and "\n" not in line for line in skipped), skipped
+    assert skipped and all("wds/train-" in e["image"] and "\n" not in e["image"] for e in skipped), skipped
 
 
 def test_a_directory_of_another_kind_is_one_line_and_leaves_no_run_directory(

@@ -143,7 +143,27 @@ def save_state_dict(
 ) -> None:
     """Write tensors as safetensors, atomically (shared storage is cloned, safetensors refuses aliases)."""
     tensors = {k: v.detach().contiguous().clone() for k, v in state_dict.items()}
-    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
+
+    def write(tmp: str) -> None:
+        save_file(tensors, tmp, metadata=metadata)
+        _sort_metadata(tmp)
+
+    atomic_write(path, write)
+
+
+def _sort_metadata(path: str) -> None:
+    """Rewrite a safetensors header with its metadata in sorted order, in place: safetensors writes it in its
+    hash map's order, which differs between identical runs. Same length, so no tensor moves."""
+    with open(path, "r+b") as file:
+        length = int.from_bytes(file.read(8), "little")
+        header = json.loads(file.read(length))
+        if "__metadata__" not in header:
+            return
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+        if len(text) <= length:  # always, as the same JSON; else safetensors' order is kept
+            file.seek(8)
+            file.write(text.ljust(length))
 
 
 def load_state_dict(path: str | os.PathLike) -> dict[str, torch.Tensor]:

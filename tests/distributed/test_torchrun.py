@@ -139,7 +139,7 @@ def test_images_skipped_on_every_rank_are_all_reported(tmp_path, tiny):
             "data.on_corrupt=skip"]  # fmt: skip
     run_torchrun(["train", "--out", str(run), *args], cwd=tmp_path)
     report = json.loads((run / "report.json").read_text())
-    assert sorted(line.split(": ")[0] for line in report["skipped_images"]) == sorted(map(str, corrupt))
+    assert sorted(e["image"].split(": ")[0] for e in report["skipped_images"]) == sorted(map(str, corrupt))
 
 
 def _worker_pid(torchrun_pid: int, rank: int) -> int | None:

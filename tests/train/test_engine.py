@@ -191,6 +191,7 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
     write_gray_folder(tmp_path / "images", per_class=2)
     bad = tmp_path / "images" / "train" / "a" / "broken.png"
     bad.write_bytes(b"not a png")
+    (tmp_path / "images" / "test" / "b" / "broken.png").write_bytes(b"not a png either")  # evaluated once
     args = [
         f"data.source=folder:{tmp_path / 'images'}",
         *tiny,
@@ -204,8 +205,13 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
         == 0
     )
     report = json.loads((tmp_path / "skip" / "report.json").read_text())
-    assert [line.split(": ")[0] for line in report["skipped_images"]] == [str(bad)] * 4  # read each step
-    assert f"skipped unreadable image {bad}" in capsys.readouterr().out + capsys.readouterr().err
+    # read at each of the 4 steps, recorded once with its count
+    broken_test = tmp_path / "images" / "test" / "b" / "broken.png"
+    skipped = [(e["image"].split(": ")[0], e["times"]) for e in report["skipped_images"]]
+    assert skipped == [(str(bad), 4), (str(broken_test), 1)]
+    assert report["test_images"] == 4  # of 5 test files, the broken one is not evaluated
+    output = capsys.readouterr()
+    assert (output.out + output.err).count(f"skipped unreadable image {bad}") == 1
 
 
 @pytest.mark.slow

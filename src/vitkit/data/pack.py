@@ -14,6 +14,7 @@ import shutil
 import tarfile
 from collections import Counter
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,9 +23,11 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
+from vitkit.storage import atomic_write_text
+
 from .decode import ImageDecodeError, decode_image, image_size
 from .pipeline import Source
-from .shards import INFO_NAME, LABEL_EXTENSION, UNKNOWN_IMAGE_EXTENSION, ShardSource
+from .shards import INFO_NAME, LABEL_EXTENSION, UNKNOWN_IMAGE_EXTENSION, Member, ShardSource
 from .sources import ImageDataset
 from .transforms import sample_keys
 
@@ -35,6 +38,7 @@ SIGNATURES = (
 )  # fmt: skip
 _SHUFFLE_DOMAIN = 0x7368756666  # "shuff": shard order keys are not augmentation or batch-order keys
 SIZE_SAMPLE = 200  # images whose header `data info` reads for the size summary (all with --check)
+INCOMPLETE_NAME = ".vitkit-pack-incomplete"  # in an output directory from `pack`'s start until its last write
 
 
 def extension(data: bytes) -> str:
@@ -52,9 +56,10 @@ def png_bytes(image: torch.Tensor) -> bytes:
 
 def encoded_samples(
     source: Source, order: list[int] | None = None
-) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+) -> Iterator[tuple[int, str, Member, int | None]]:
     """(index, name, encoded image bytes, label) of every sample in index order (or in `order`, for an indexable
-    source), without decoding what is encoded; bytes or label are None for a shard sample that lacks them."""
+    source), without decoding what is encoded; bytes or label are None for a shard sample that lacks them, and
+    the bytes an ImageDecodeError for a shard member above the byte limit."""
     indices = range(len(source)) if order is None else order
     if isinstance(source, ImageDataset):
         for index in indices:
@@ -75,9 +80,28 @@ def encoded_samples(
 def complete_samples(source: Source, order: list[int] | None = None) -> Iterator[tuple[int, bytes, int]]:
     """encoded_samples with every image and label present (a missing one is a one-line error)."""
     for index, name, data, label in encoded_samples(source, order):
-        if data is None or label is None or not 0 <= label < len(source.classes):
-            raise ImageDecodeError(f"{name}: image or label missing, or label {label} out of range")
-        yield index, data, label
+        yield index, complete(name, data, label, len(source.classes)), label  # type: ignore[misc]  # checked
+
+
+def complete(name: str, data: Member, label: int | None, classes: int) -> bytes:
+    """A sample's bytes; ImageDecodeError when its image is missing or too large, or its label missing or out
+    of range."""
+    if isinstance(data, ImageDecodeError):
+        raise data
+    if data is None or label is None or not 0 <= label < classes:
+        raise ImageDecodeError(f"{name}: image or label missing, or label {label} out of range")
+    return data
+
+
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError raised while writing `path` (a full disk, a quota) names it."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is not None:
+            raise
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from error
 
 
 def shuffled_order(num_samples: int, seed: int) -> list[int]:
@@ -113,7 +137,8 @@ def write_shards(source: Source, split: str, out: Path, shard_images: int, seed:
         for index, data, label in complete_samples(source, order):
             if tar is None or count == shard_images:
                 if tar is not None:
-                    tar.close()
+                    with writing(packed.files[-1]):
+                        tar.close()
                     packed.shards.append({"name": packed.files[-1].name, "images": count})
                 packed.files.append(out / f"{split}-{len(packed.files):06d}.tar")
                 tar, count = tarfile.open(packed.files[-1], "w", format=tarfile.USTAR_FORMAT), 0
@@ -124,14 +149,16 @@ def write_shards(source: Source, split: str, out: Path, shard_images: int, seed:
             ):
                 member = tarfile.TarInfo(name)
                 member.size, member.mtime, member.mode = len(payload), 0, 0o644  # byte-reproducible shards
-                tar.addfile(member, io.BytesIO(payload))
+                with writing(packed.files[-1]):
+                    tar.addfile(member, io.BytesIO(payload))
             count += 1
             packed.images += 1
             progress.update()
     finally:
         progress.close()
         if tar is not None:
-            tar.close()
+            with writing(packed.files[-1]):
+                tar.close()
     if tar is not None:
         packed.shards.append({"name": packed.files[-1].name, "images": count})
     return packed
@@ -152,12 +179,13 @@ def write_hf(sources: dict[str, Source], classes: list[str], out: Path) -> list[
                 progress.update()
                 yield {"image": {"bytes": data, "path": None}, "label": label}
 
-    for split in sources:
-        splits[split] = datasets.Dataset.from_generator(
-            rows, gen_kwargs={"split": split}, features=features, cache_dir=str(scratch)
-        )
-        packed.append(Packed(split, len(splits[split])))
-    datasets.DatasetDict(splits).save_to_disk(str(out))
+    with writing(out):
+        for split in sources:
+            splits[split] = datasets.Dataset.from_generator(
+                rows, gen_kwargs={"split": split}, features=features, cache_dir=str(scratch)
+            )
+            packed.append(Packed(split, len(splits[split])))
+        datasets.DatasetDict(splits).save_to_disk(str(out))
     shutil.rmtree(scratch, ignore_errors=True)
     for item in packed:
         item.files = sorted((out / item.split).glob("*.arrow"))
@@ -168,20 +196,30 @@ def pack(
     sources: dict[str, Source], out: Path, fmt: str, shard_images: int = 1000, seed: int | None = None
 ) -> list[Packed]:
     """Write every split of `sources` to `out` as `fmt` ('wds' or 'hf'); `out` must not exist or be empty.
-    Shards are written in a shuffled order keyed by `seed` (None: the source's order); HF datasets keep it."""
+    Shards are written in a shuffled order keyed by `seed` (None: the source's order); HF datasets keep it.
+    Until the last write, `out` holds INCOMPLETE_NAME: an interrupted pack is recognised and named as such."""
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {FORMATS}, got {fmt!r}")
     if shard_images < 1:
         raise ValueError(f"--shard-images must be positive, got {shard_images}")
-    if out.exists() and any(out.iterdir()):
+    if (out / INCOMPLETE_NAME).exists():
+        raise ValueError(
+            f"{out}: left by an interrupted `vitkit data pack` (it holds {INCOMPLETE_NAME}); it can be removed: "
+            f"`rm -r {out}` and pack again"
+        )
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out}: not empty; pack writes into a new or empty directory")
     classes = next(iter(sources.values())).classes
-    out.mkdir(parents=True, exist_ok=True)
+    with writing(out):
+        out.mkdir(parents=True, exist_ok=True)
+        (out / INCOMPLETE_NAME).touch()
     if fmt == "hf":
-        return write_hf(sources, classes, out)
-    packed = [write_shards(source, split, out, shard_images, seed) for split, source in sources.items()]
-    info = {"classes": classes, "splits": {p.split: {"shards": p.shards} for p in packed}}
-    (out / INFO_NAME).write_text(json.dumps(info, indent=1) + "\n")
+        packed = write_hf(sources, classes, out)
+    else:
+        packed = [write_shards(source, split, out, shard_images, seed) for split, source in sources.items()]
+        info = {"classes": classes, "splits": {p.split: {"shards": p.shards} for p in packed}}
+        atomic_write_text(out / INFO_NAME, json.dumps(info, indent=1) + "\n")
+    (out / INCOMPLETE_NAME).unlink()
     return packed
 
 
@@ -208,11 +246,11 @@ def summarise(source: Source, split: str, check: bool) -> Summary:
         every = 1 if check else max(1, len(source) // SIZE_SAMPLE)
         samples = tqdm(encoded_samples(source), total=len(source), desc=f"info {split}", unit="img")
         try:
-            for index, name, data, label in samples:
-                if data is None or label is None or not 0 <= label < len(source.classes):
-                    summary.unreadable.append(
-                        f"{name}: image or label missing, or label {label} out of range"
-                    )
+            for index, name, member, label in samples:
+                try:
+                    data = complete(name, member, label, len(source.classes))
+                except ImageDecodeError as err:
+                    summary.unreadable.append(str(err))
                     continue
                 counts[label] += 1
                 if index % every == 0:

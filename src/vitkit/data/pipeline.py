@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from vitkit import shutdown
 from vitkit.allocator import return_freed_memory
 
 from .batch import Batch
@@ -52,10 +53,43 @@ def read_batch(
         except ImageDecodeError as err:
             skipped.append(str(err))
             continue
+        except MemoryError:  # an image within the limits that this machine still cannot hold
+            skipped.append(f"{source.name(index)}: out of memory decoding it (expected a smaller image)")
+            continue
         kept.append(position)
     chosen = torch.tensor(kept, dtype=torch.int64)
     processed = preprocess(images, indices[chosen]) if images else torch.empty(0, *shape)
     return Batch(processed, source.labels[indices][chosen], indices[chosen], skipped=skipped)
+
+
+def start_stream(batches: DataLoader) -> Iterator[Batch]:
+    """The loader's iterator, its worker processes started with Ctrl-C held off until they all run (an iterator
+    interrupted half-built prints a traceback as it is collected, and a fork hook swallows the interruption)."""
+    with shutdown.deferred():
+        return iter(batches)
+
+
+def next_batch(stream: Iterator[Batch]) -> Batch:
+    """The next batch; an error raised in a DataLoader worker, which torch hands over with the worker's whole
+    traceback in its message, is raised again as one line: its last line, and which worker."""
+    try:
+        return next(stream)
+    except StopIteration:
+        raise
+    except Exception as error:
+        text = str(error)
+        if "Original Traceback" not in text:
+            raise
+        lines = text.strip().splitlines()
+        where = lines[0].removeprefix("Caught ").rstrip(".")
+        # The worker's exception is the text after the traceback's last indented (File ...) line.
+        last = max(i for i, line in enumerate(lines) if line.startswith(" "))
+        line = f"{' '.join(' '.join(lines[last + 1 :]).split())} ({where})"
+        try:
+            short = type(error)(line)
+        except Exception:  # an exception type that takes other arguments
+            short = RuntimeError(line)
+        raise short from error
 
 
 def check_skipped(source: LazySource | ShardSource, batch: Batch) -> None:
@@ -194,8 +228,8 @@ class TrainBatches:
             else:
                 steps = RankSteps(self.source, self.transform, self.batch_size, self.seed, self.rank,
                                   self.world_size, step, self.steps)  # fmt: skip
-            self._stream = iter(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
-        batch = next(self._stream)
+            self._stream = start_stream(loader(self.source, steps, pin_memory=self.device.type == "cuda"))
+        batch = next_batch(self._stream)
         self._next_step = step + 1
         check_skipped(self.source, batch)
         if batch.step != step:
@@ -221,8 +255,13 @@ class TrainBatches:
         return Batch(images, source.labels[indices], indices)
 
     def close(self) -> None:
-        """Stop the worker processes (also done when the object is collected) and free an augmented epoch."""
-        self._stream = None
+        """Stop the worker processes now and free an augmented epoch. The loader's iterator is shut down
+        explicitly: an exception leaving a step (Ctrl-C) keeps it referenced from its traceback, so dropping it
+        alone would leave the workers running until the process exits."""
+        stream, self._stream = self._stream, None
+        shutdown = getattr(stream, "_shutdown_workers", None)  # torch's DataLoader iterator; None in memory
+        if shutdown is not None:
+            shutdown()
         self._epoch = None
 
 
@@ -267,7 +306,9 @@ def eval_batches(
         items: Dataset = ShardChunks(source, chunks, preprocess, (in_chans, *img_size))
     else:
         items = EvalChunks(source, chunks, img_size, in_chans)
-    for batch in loader(source, items, device.type == "cuda"):
+    stream = start_stream(loader(source, items, device.type == "cuda"))
+    for _ in range(len(chunks)):  # one batch a chunk
+        batch = next_batch(stream)
         check_skipped(source, batch)
         yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)
 

@@ -26,6 +26,7 @@ import tarfile
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from vitkit.cache import read_record, record_path, write_record
 
@@ -81,20 +82,53 @@ def pick_split(split: str, available: Collection[str], where: str) -> str:
 def packed_index(directory: Path, split: str) -> ShardIndex:
     """vitkit's layout: dataset.json names the classes and each split's shards with their sample counts."""
     info_path = directory / INFO_NAME
-    try:
-        info = json.loads(info_path.read_text())
-        classes = [str(c) for c in info["classes"]]
-        splits = info["splits"]
-        name = pick_split(split, splits, str(info_path))
-        shards = splits[name]["shards"]
-        paths = [directory / shard["name"] for shard in shards]
-        counts = [int(shard["images"]) for shard in shards]
-    except (ValueError, KeyError, TypeError) as err:
-        raise ValueError(f"{info_path}: not a vitkit shard index ({err})") from None
+    classes, splits = read_index(info_path)
+    name = pick_split(split, splits, str(info_path))
+    shards = splits[name]["shards"]
+    paths = [directory / shard["name"] for shard in shards]
+    counts = [shard["images"] for shard in shards]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{missing[0]}: missing shard ({len(missing)} of {len(paths)} missing)")
     return ShardIndex(paths, counts, classes, name, f"{directory}/{name}-*.tar")
+
+
+def read_index(info_path: Path) -> tuple[list[str], dict[str, Any]]:
+    """(classes, splits) of a dataset.json, every field checked: a missing or mistyped one is a one-line error
+    naming it, before anything is read or written."""
+    where = f"{info_path}: not a vitkit shard index"
+    try:
+        info = json.loads(info_path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ValueError(f"{where} (not JSON: {err})") from None
+    shape = '{"classes": ["a", ...], "splits": {"train": {"shards": [{"name": "train-000000.tar", "images": N}]}}}'
+    if not isinstance(info, dict):
+        raise ValueError(f"{where}: expected an object {shape}")
+    classes, splits = info.get("classes"), info.get("splits")
+    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) and c for c in classes):
+        raise ValueError(f"{where}: 'classes' must be a non-empty list of class names, got {classes!r:.80}")
+    if len(set(classes)) < len(classes):
+        raise ValueError(f"{where}: 'classes' names a class twice")
+    if not isinstance(splits, dict) or not splits:
+        raise ValueError(
+            f"{where}: 'splits' must be an object of splits, got {splits!r:.80} (expected {shape})"
+        )
+    for split, entry in splits.items():
+        shards = entry.get("shards") if isinstance(entry, dict) else None
+        if not isinstance(shards, list) or not shards:
+            raise ValueError(f"{where}: 'splits.{split}.shards' must be a non-empty list, got {shards!r:.80}")
+        for i, shard in enumerate(shards):
+            name = shard.get("name") if isinstance(shard, dict) else None
+            images = shard.get("images") if isinstance(shard, dict) else None
+            if not isinstance(name, str) or not name or os.path.basename(name) != name:
+                raise ValueError(
+                    f"{where}: 'splits.{split}.shards[{i}].name' must be a file name, got {name!r:.80}"
+                )
+            if not isinstance(images, int) or isinstance(images, bool) or images < 0:
+                raise ValueError(
+                    f"{where}: 'splits.{split}.shards[{i}].images' must be a whole number >= 0, got {images!r:.80}"
+                )
+    return classes, splits
 
 
 def split_files(location: str) -> dict[str, list[Path]]:

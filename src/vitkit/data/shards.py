@@ -3,10 +3,11 @@ per shard), or shards as other tools write them (a directory per split, brace pa
 
 A sample is the tar members sharing a key (the member name up to its first dot): an image (`.jpg`, `.png`, ...)
 and its class index (`.cls`, text), the WebDataset layout, so shards written by `vitkit data pack` are read by
-the `webdataset` package and the other way round. Reading uses Python's tarfile in streaming mode: a shard is
-read front to back once, which is what object stores and network filesystems serve well, and the shard split,
-shuffle and resume position below are ours to define exactly (the `webdataset` package's pipeline draws from its
-own random state, which would have to be pinned and checkpointed to give the same guarantees).
+the `webdataset` package and the other way round. Reading uses Python's tarfile: a shard is read front to
+back once (the members nobody uses seeked over), which is what object stores and network filesystems serve
+well, and the shard split, shuffle and resume position below are ours to define exactly (the `webdataset`
+package's pipeline draws from its own random state, which would have to be pinned and checkpointed to give the
+same guarantees).
 
 Training (ShardSteps): each epoch shuffles the shard order with a key of (seed, epoch) and deals the shards to
 R x W streams (R ranks x W DataLoader workers, W >= 1), stream j getting shards j, j + RW, ... of that order.
@@ -21,6 +22,7 @@ them); a resume with another R x W is refused. Augmentation is keyed by each sam
 from __future__ import annotations
 
 import os
+import re
 import tarfile
 from collections.abc import Iterator
 
@@ -29,7 +31,7 @@ import torch
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
-from .decode import IMAGE_EXTENSIONS, ImageDecodeError, decode_image
+from .decode import IMAGE_EXTENSIONS, ImageDecodeError, check_byte_size, decode_image
 from .lazy import check_reading
 from .shard_index import INFO_NAME, LABEL_EXTENSION, find_shards
 from .transforms import TrainTransform, key, sample_keys
@@ -39,9 +41,14 @@ MEMBER_EXTENSIONS = (
     *(extension[1:] for extension in IMAGE_EXTENSIONS),
     UNKNOWN_IMAGE_EXTENSION,
 )
+LABEL_PATTERN = re.compile(rb"\s*([0-9]{1,18})\s*")  # ASCII digits only: int() would take "٢" and "0_1"
+MAX_LABEL_BYTES = 64
 SHUFFLE_BUFFER = 256  # samples (encoded bytes) held per stream for shuffling
 _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
 _BUFFER_DOMAIN = 0x627566  # "buf"
+
+
+Member = bytes | ImageDecodeError | None  # an image member's bytes; too large (unread); missing
 
 
 class ShardSource:
@@ -83,14 +90,17 @@ class ShardSource:
             "need an indexable data.source (in memory, folder:, hf:)"
         )
 
-    def samples(self, shard: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
-        """(index in the split, member name, image bytes or None, label or None) of each sample of a shard, in
-        order; a shard shorter than dataset.json says, or not a tar file, raises a one-line ValueError."""
+    def samples(self, shard: int) -> Iterator[tuple[int, str, Member, int | None]]:
+        """(index in the split, member name, image bytes (None when missing, an ImageDecodeError when too
+        large), label or None) of each sample of a shard, in order; a shard shorter than dataset.json says, or not
+        a tar file, raises a one-line ValueError. Only image and label members are read into memory, each after
+        its size is checked: the stream passes over any other member."""
         path = self.paths[shard]
         count, first = int(self.counts[shard]), int(self.offsets[shard])
         position = 0
         try:
-            with tarfile.open(path, "r|*") as tar:
+            # Read in order, member after member; the data of a member nobody uses is seeked over, not read.
+            with tarfile.open(path, "r:*") as tar:
                 current, image, label = None, None, None
                 for member in tar:
                     if not member.isfile():
@@ -102,11 +112,10 @@ class ShardSource:
                         position += 1
                         image, label = None, None
                     current = sample
-                    data = tar.extractfile(member).read()  # type: ignore[union-attr]  # a file: isfile() above
                     if extension.lower() in MEMBER_EXTENSIONS:
-                        image = data
-                    elif extension == LABEL_EXTENSION:
-                        label = parse_label(data)
+                        image = read_member(tar, member, f"{path}:{member.name}")
+                    elif extension == LABEL_EXTENSION and member.size <= MAX_LABEL_BYTES:
+                        label = parse_label(read_member(tar, member, f"{path}:{member.name}"))
                 if current is not None:
                     yield first + position, f"{path}:{current}", image, label
                     position += 1
@@ -115,8 +124,10 @@ class ShardSource:
         if position != count:
             raise ValueError(f"{path}: shard ends after {position} of the {count} images {INFO_NAME} lists")
 
-    def decode(self, name: str, image: bytes | None, label: int | None, channels: int) -> torch.Tensor:
+    def decode(self, name: str, image: Member, label: int | None, channels: int) -> torch.Tensor:
         """A sample's pixels; ImageDecodeError when its image is missing, undecodable or its label is bad."""
+        if isinstance(image, ImageDecodeError):
+            raise image
         if image is None:
             raise ImageDecodeError(f"{name}: no image member ({', '.join(MEMBER_EXTENSIONS)})")
         if label is None or not 0 <= label < len(self.classes):
@@ -126,12 +137,19 @@ class ShardSource:
         return decode_image(image, name=name, channels=channels)
 
 
-def parse_label(data: bytes) -> int | None:
-    """A `.cls` member's class index; None (reported per sample by decode) when it is not an integer."""
+def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str) -> bytes | ImageDecodeError:
+    """A member's bytes, or (unread) the ImageDecodeError of one above the byte limit."""
     try:
-        return int(data.decode().strip())
-    except (UnicodeDecodeError, ValueError):
-        return None
+        check_byte_size(member.size, name)
+    except ImageDecodeError as error:
+        return error
+    return tar.extractfile(member).read()  # type: ignore[union-attr]  # a regular file: samples() checks
+
+
+def parse_label(data: bytes | ImageDecodeError) -> int | None:
+    """A `.cls` member's class index (ASCII digits); None (reported per sample by decode) for anything else."""
+    match = LABEL_PATTERN.fullmatch(data) if isinstance(data, bytes) else None
+    return int(match[1]) if match else None
 
 
 def stream_batches_per_epoch(source: ShardSource, streams: int, batch: int) -> int:
@@ -169,7 +187,7 @@ class ShardSteps(IterableDataset):
         self.workers = max(source.workers, 1)
         self.per_epoch = self.workers * stream_batches_per_epoch(source, world_size * self.workers, batch)
 
-    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, bytes | None, int | None]]:
+    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, Member, int | None]]:
         """Stream `slot` (of ranks x workers) of an epoch: its shards in order, through the keyed shuffle buffer."""
         streams = self.world_size * self.workers
         order = torch.sort(sample_keys(torch.arange(len(self.source.paths)), self.seed, epoch, _SHARD_ORDER_DOMAIN),

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
+from vitkit import shutdown
 from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.collectives import all_gather_object, all_reduce_mean, broadcast_object, world
 from vitkit.data import (
@@ -100,7 +101,7 @@ def train(
     rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
-    with process_group(resolve_device(config.train.device)):
+    with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 in _train, released however the run ends
         try:
@@ -204,9 +205,11 @@ def _train(
     images_per_second = 0.0
     losses = PendingLosses(device)
     split = StepSplit(device)
+    reported = set(train_set.skipped)
     model.train()
     try:
         for step in range(start_step, t.steps):
+            shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
             done = step + 1
             log_step = done % t.log_every == 0 or done == t.steps
             step_start = time.perf_counter()
@@ -220,7 +223,9 @@ def _train(
             except NonFiniteLoss as error:
                 raise NonFiniteLoss(f"{error} ({last_good_checkpoint(run_dir)})") from None
             for line in train_set.skipped[skips_before:]:
-                progress.write(f"step {done}: skipped unreadable image {line}")
+                if line not in reported:  # each image once; report.json counts how often it was met
+                    reported.add(line)
+                    progress.write(f"step {done}: skipped unreadable image {line}")
             train_seconds += time.perf_counter() - step_start
             window_images += t.batch_size
             if log_step:
@@ -268,12 +273,12 @@ def _train(
         wall = time.perf_counter() - clock
         final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
         read = [train_set, test_set] + ([validation] if validation is not None else [])
-        skipped = [line for source in read for line in all_ranks(source.skipped)]
+        gathered = [all_ranks(source.skipped) for source in read]
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
-    finally:
-        train_step.batches.close()
+    finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.shutdown)
+        shutdown.bounded("the data loader workers", train_step.batches.close)
         progress.close()
         if metrics is not None:
             metrics.close()
@@ -285,7 +290,8 @@ def _train(
         **precision.record(),
         "step_seconds": split.per_step(),
         "data_wait_share": split.share("data"),
-        "skipped_images": skipped,
+        "skipped_images": report.count_skipped([line for lines in gathered for line in lines]),
+        "test_images": len(test_set) - len(set(gathered[1])),  # those evaluated: a skipped image is not
         "start": start,
     }
     if validation is not None:
@@ -653,7 +659,6 @@ def finish(
         "ema": bool(t.ema_decay),
         "train_data": train_set.source,
         "test_data": test_set.source,
-        "test_images": len(test_set),
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)

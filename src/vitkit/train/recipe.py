@@ -50,6 +50,9 @@ def field_help(section: Any, name: str) -> str:
     return next((f.metadata.get("help", "") for f in dataclasses.fields(section) if f.name == name), "")
 
 
+MAX_STEPS = 2**53  # the schedule divides step by steps in float64, exact up to here
+
+
 @dataclass
 class ModelSection:
     """A registry `name` (trained from scratch) or `weights` (fine-tuned), plus ViTConfig/ResNetConfig overrides.
@@ -261,6 +264,8 @@ class RunConfig:
         ):
             if value < low:
                 raise ValueError(f"{key} must be >= {low}, got {value}")
+        if t.steps > MAX_STEPS:
+            raise ValueError(f"train.steps must be <= 2**53 = {MAX_STEPS:,}, got {t.steps}")
         _check_range("optim.lr", o.lr, 0.0, math.inf, low_open=True)
         _check_range("optim.weight_decay", o.weight_decay, 0.0, math.inf)
         _check_range("optim.momentum", o.momentum, 0.0, 1.0, high_open=True)

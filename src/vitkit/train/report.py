@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from vitkit.data.decode import printable
+from vitkit.shutdown import bounded
 from vitkit.storage import atomic_write, atomic_write_text
 
 METRICS_NAME = "metrics.jsonl"
@@ -56,8 +58,10 @@ class MetricsLog:
         self.writer.flush()
 
     def close(self) -> None:
+        """metrics.jsonl first (flushed and closed at once), then TensorBoard's writer, whose close waits on its
+        writing thread: for at most CLOSE_SECONDS."""
         self.file.close()
-        self.writer.close()
+        bounded("the TensorBoard writer", self.writer.close)
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -102,6 +106,14 @@ def format_metrics(record: dict[str, Any]) -> str:
     if shots:
         parts.append("few-shot " + "  ".join(shots))
     return "; ".join(parts)
+
+
+def count_skipped(lines: list[str]) -> list[dict[str, Any]]:
+    """Each skipped image once, in the order first met: {"image": its one-line error, "times": how often met}."""
+    counts: dict[str, int] = {}
+    for line in lines:
+        counts[line] = counts.get(line, 0) + 1
+    return [{"image": line, "times": times} for line, times in counts.items()]
 
 
 def write_report(run_dir: str | os.PathLike, report: dict[str, Any]) -> Path:
@@ -151,18 +163,21 @@ def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.P
     import matplotlib.pyplot as plt
 
     k = len(classes)
+    # Names users control, drawn as they are: never parsed as mathtext, never a surrogate the font cannot take.
+    classes, title = [printable(c) for c in classes], printable(title)
     rates = confusion.double() / confusion.sum(1, keepdim=True).clamp(min=1)
     size = min(4 + 0.5 * k, 20)
     fig, ax = plt.subplots(figsize=(size, size))
     ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
     if k <= 20:
-        ax.set_xticks(range(k), classes, rotation=45, ha="right")
-        ax.set_yticks(range(k), classes)
+        ax.set_xticks(range(k), classes, rotation=45, ha="right", parse_math=False)
+        ax.set_yticks(range(k), classes, parse_math=False)
         for i in range(k):
             for j in range(k):
                 color = "white" if rates[i, j] > 0.5 else "black"
                 ax.text(j, i, str(int(confusion[i, j])), ha="center", va="center", fontsize=7, color=color)
-    ax.set(xlabel="predicted", ylabel="true", title=title)
+    ax.set(xlabel="predicted", ylabel="true")
+    ax.set_title(title, parse_math=False)
     fig.tight_layout()
     path = Path(path)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))

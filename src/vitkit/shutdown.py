@@ -1,0 +1,113 @@
+"""A bounded end to a run, however it is stopped: Ctrl-C and SIGTERM stop it every time, and each closing step has a
+time limit.
+
+Within `interruptible()`, SIGINT raises KeyboardInterrupt and SIGTERM raises Terminated (one), and the signal is
+also recorded: an exception raised where Python ignores exceptions (a fork hook, a `__del__`) would otherwise be
+lost, so the training loop asks `raise_if_stopped()` at every step. Inside `deferred()` (starting DataLoader
+workers, whose half-built iterator would print a stray traceback if interrupted) a signal is only recorded and
+raised when the block ends. A run stopped this way unwinds through the engine's `finally`: the data workers stop
+first, then what is written is flushed and closed; a closing step that does not return in time (a TensorBoard
+writer waiting on its thread) is left behind with a line saying so (`bounded`), and the process ends anyway.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+CLOSE_SECONDS = 3.0  # each closing step's limit: a few of them stay well under the 10 s a user waits
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread as an interruption so that the run closes what it opened."""
+
+
+class _State:
+    received: int | None = None  # the first signal of the block, once received
+    deferring = 0  # depth of deferred() blocks
+    previous: dict[int, Any] = {}  # the handlers interruptible() replaced, while it is active
+
+
+def _restore_in_child() -> None:
+    """A forked child (a DataLoader worker) gets the handlers the process had before: its own SIGTERM must end
+    it, whatever the parent was deferring as it forked."""
+    for number, handler in _State.previous.items():
+        signal.signal(number, handler)
+    _State.previous, _State.received, _State.deferring = {}, None, 0
+
+
+os.register_at_fork(after_in_child=_restore_in_child)
+
+
+def _interruption(signum: int) -> KeyboardInterrupt:
+    return Terminated(f"signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _handle(signum: int, frame: object) -> None:
+    if _State.received is None:
+        _State.received = signum
+    if not _State.deferring:
+        raise _interruption(signum)
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Within the block (main thread only), SIGINT and SIGTERM interrupt as described above; outside it, both keep
+    their handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _State.previous = {number: signal.signal(number, _handle) for number in SIGNALS}
+    _State.received = None
+    try:
+        yield
+    finally:
+        for number, handler in _State.previous.items():
+            signal.signal(number, handler)
+        _State.previous, _State.received = {}, None
+
+
+def raise_if_stopped() -> None:
+    """Raise the interruption of a signal received in an `interruptible()` block, if any (once raised, it is
+    raised again here: a stop is never lost)."""
+    if _State.received is not None:
+        raise _interruption(_State.received)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold off an interruption until the block ends (then raise it)."""
+    _State.deferring += 1
+    try:
+        yield
+    finally:
+        _State.deferring -= 1
+    if not _State.deferring:
+        raise_if_stopped()
+
+
+def bounded(what: str, close: Callable[[], object], seconds: float = CLOSE_SECONDS) -> None:
+    """Run `close` for at most `seconds` (in a daemon thread); past that, say so on stderr and go on. An exception
+    it raises is raised here."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            close()
+        except BaseException as error:  # handed to the caller's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=run, name=f"close {what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        print(f"{what}: not closed after {seconds:g} s; going on without it", file=sys.stderr)
+        return
+    if failure:
+        raise failure[0]

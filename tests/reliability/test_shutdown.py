@@ -1,0 +1,78 @@
+"""The pieces of a bounded shutdown, in this process: SIGTERM raised as an interruption, a closing step that hangs
+left behind after its time limit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from vitkit.shutdown import Terminated, bounded, deferred, interruptible, raise_if_stopped
+
+
+def test_signals_interrupt_inside_the_block_only_and_are_never_lost() -> None:
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Terminated), interruptible():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted long before
+        except Terminated:
+            pass  # swallowed, as Python swallows it in a fork hook or a __del__...
+        raise_if_stopped()  # ...and raised again at the next step
+    assert {number: signal.getsignal(number) for number in before} == before
+    assert issubclass(Terminated, KeyboardInterrupt)  # the command line's "interrupted", exit code 130
+    raise_if_stopped()  # outside the block: nothing pending
+
+
+def test_an_interruption_is_held_off_until_the_deferred_block_ends() -> None:
+    reached = False
+    with pytest.raises(KeyboardInterrupt), interruptible():
+        with deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.2)
+            reached = True
+    assert reached
+
+
+def test_a_closing_step_that_hangs_is_left_after_its_limit(capsys) -> None:
+    release = threading.Event()
+    start = time.monotonic()
+    bounded("a stuck writer", release.wait, seconds=0.2)
+    assert time.monotonic() - start < 2
+    assert "a stuck writer: not closed after 0.2 s; going on without it" in capsys.readouterr().err
+    release.set()
+    with pytest.raises(OSError, match="disk"):  # a failure within the limit is the caller's
+        bounded("a failing writer", lambda: (_ for _ in ()).throw(OSError("disk")))
+
+
+def test_a_forked_child_gets_the_handlers_of_before(tmp_path) -> None:
+    """A DataLoader worker forked while starts are deferred must still end on SIGTERM."""
+    outer = signal.signal(
+        signal.SIGTERM, signal.SIG_DFL
+    )  # what a command-line process has (pytest-xdist: not)
+    read_end, write_end = os.pipe()
+    try:
+        with interruptible(), deferred():
+            child = os.fork()
+            if child == 0:  # the fork hooks have run: ready
+                try:
+                    os.write(write_end, b"1")
+                    signal.pause()
+                finally:
+                    os._exit(0)
+    finally:
+        signal.signal(signal.SIGTERM, outer)
+    assert os.read(read_end, 1) == b"1"
+    os.close(read_end)
+    os.close(write_end)
+    os.kill(child, signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while (ended := os.waitpid(child, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if ended[0] == 0:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
+    assert ended[0] == child and os.WIFSIGNALED(ended[1]) and os.WTERMSIG(ended[1]) == signal.SIGTERM

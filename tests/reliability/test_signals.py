@@ -1,0 +1,145 @@
+"""Real training processes reading an ImageFolder with two DataLoader worker processes: Ctrl-C (SIGINT) and
+SIGTERM at random points stop them within seconds, and a resume started at once after SIGKILL (as torchrun
+restarts a worker) takes the lock and runs. The default suite signals one point and allows the interpreter's
+teardown up to HANG_SECONDS (no hang); the slow tests, 30 points of each signal, want the exit itself within
+EXIT_SECONDS, which needs a machine not shared with other heavy work."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hostile_files import grey_folder
+from tiny_run import TINY
+from vitkit.train.checkpoint import CHECKPOINT_DIR
+from vitkit.train.recipe import RECIPE_NAME
+from vitkit.train.rundir import RunDirLock
+
+EXIT_SECONDS = 10
+HANG_SECONDS = 60  # the interpreter's own teardown after the run stopped, on a machine shared with other work
+START_SECONDS = 60  # a process start-up (imports, data, model) on a loaded machine
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return grey_folder(tmp_path_factory.mktemp("signals") / "images", classes=("a", "b", "c"), per_class=8)
+
+
+def start(out: Path, folder: Path, steps: int, *extra: str, checkpoint_every: int = 2) -> subprocess.Popen:
+    """`vitkit train` in its own process (and session, as a terminal job), data read by 2 worker processes."""
+    recipe = [*TINY, "optim.warmup_steps=1", "train.batch_size=12", "train.log_every=1", "train.eval_every=7",
+              f"data.source=folder:{folder}", "data.workers=2"]  # fmt: skip
+    command = [sys.executable, "-m", "vitkit.cli", "train", "--out", str(out), "--steps", str(steps),
+               "--checkpoint-every", str(checkpoint_every), *recipe, *extra]  # fmt: skip
+    log = open(out.parent / f"{out.name}.log", "ab")  # noqa: SIM115  (closed with the process)
+    return subprocess.Popen(
+        command, stdout=log, stderr=log, start_new_session=True, env=os.environ | {"VITKIT_EMBEDDED": "1"}
+    )
+
+
+def wait_for(condition, process: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError(f"{what}: not reached (exit code {process.poll()})")
+        time.sleep(0.05)
+
+
+def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float, float, int | None]:
+    """Start a run, send `sig` `point` seconds after its run directory appears; (seconds from the signal to the
+    run's "interrupted" line, to the process's exit; exit code). The process group (the workers too) is killed
+    however the test ends."""
+    process = start(out, folder, 100_000, checkpoint_every=10)
+    log = out.parent / f"{out.name}.log"
+    try:
+        wait_for((out / RECIPE_NAME).exists, process, "the run's start")
+        time.sleep(point)
+        sent = time.monotonic()
+        process.send_signal(sig)
+        stopped = None
+        while process.poll() is None and time.monotonic() - sent < HANG_SECONDS:
+            if stopped is None and "vitkit train: interrupted" in log.read_text(errors="replace"):
+                stopped = time.monotonic() - sent
+            time.sleep(0.02)
+        exited = time.monotonic() - sent
+        return exited if stopped is None else stopped, exited, process.poll()
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+
+
+def check_points(points: list[tuple[float, int]], tmp_path: Path, folder: Path, exit_seconds: float) -> None:
+    """Every run stops (closes what it opened and says "interrupted") within EXIT_SECONDS of the signal and
+    exits, code 130, within `exit_seconds`; its lock is free afterwards."""
+    results = [
+        interrupt_at(point, sig, tmp_path / f"run{i}", folder) for i, (point, sig) in enumerate(points)
+    ]
+    print(f"{len(points)} signals: stopped after at most {max(r[0] for r in results):.2f} s, exited after at most "
+          f"{max(r[1] for r in results):.2f} s; exit codes {sorted({r[2] for r in results})}")  # fmt: skip
+    late = [(p, s, r) for (p, s), r in zip(points, results, strict=True)
+            if r[0] > EXIT_SECONDS or r[1] > exit_seconds or r[2] != 130]  # fmt: skip
+    assert not late, f"{len(late)} of {len(points)} late or with another exit code: {late}"
+    for i in range(len(points)):
+        RunDirLock(tmp_path / f"run{i}").acquire().release()  # every lock free once the process is gone
+
+
+def random_points(count: int, seed: int) -> list[tuple[float, int]]:
+    rng = random.Random(seed)
+    return [(rng.uniform(0, 4), (signal.SIGINT, signal.SIGTERM)[i % 2]) for i in range(count)]
+
+
+def test_ctrl_c_ends_a_run_with_workers_within_seconds(tmp_path: Path, folder: Path) -> None:
+    # the exit itself within HANG_SECONDS: on a loaded machine Python's teardown alone can take 10 s
+    check_points(
+        random_points(1, seed=0), tmp_path, folder, exit_seconds=HANG_SECONDS
+    )  # SIGTERM: the slow test
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_30_random_points_each_end_within_seconds(sig: int, tmp_path: Path, folder: Path) -> None:
+    check_points([(point, sig) for point, _ in random_points(30, seed=sig)], tmp_path, folder, EXIT_SECONDS)
+
+
+def kill_and_resume(out: Path, folder: Path, kills: int, seed: int) -> None:
+    """Start a run; `kills` times: SIGKILL it at a random point after its first checkpoint and start the resume
+    at once (orphaned workers may still be running). Every resume must start; the last runs to the end."""
+    rng = random.Random(seed)
+    steps = 6 * (kills + 1)
+    log = out.parent / f"{out.name}.log"
+    process = start(out, folder, steps)
+    for kill in range(kills):
+        wait_for(
+            lambda: any((out / CHECKPOINT_DIR).glob("step_*")), process, f"a checkpoint before kill {kill}"
+        )
+        time.sleep(rng.uniform(0, 0.5))
+        process.kill()
+        process.wait()
+        process = start(out, folder, steps, "--resume")
+        resumed = kill + 1
+        wait_for(lambda: log.read_text(errors="replace").count("resuming at step") == resumed, process,  # noqa: B023
+                 f"resume {resumed}")  # fmt: skip
+    assert process.wait(timeout=10 * START_SECONDS) == 0
+    text = log.read_text(errors="replace")
+    assert "in use by" not in text and text.count("resuming at step") == kills
+    assert (out / "report.json").is_file()
+
+
+def test_a_resume_started_at_once_after_sigkill_runs(tmp_path: Path, folder: Path) -> None:
+    kill_and_resume(tmp_path / "run", folder, kills=1, seed=0)
+
+
+@pytest.mark.slow
+def test_10_immediate_resumes_after_sigkill_all_start(tmp_path: Path, folder: Path) -> None:
+    kill_and_resume(tmp_path / "run", folder, kills=10, seed=1)

@@ -1,0 +1,58 @@
+"""The smaller guarantees: an absurd step count refused before a run directory exists, identical safetensors
+bytes from identical saves, a DataLoader worker's error as one line, names users control drawn safely."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from tiny_run import TINY
+from vitkit import cli
+from vitkit.data.pipeline import next_batch
+from vitkit.storage import save_state_dict
+from vitkit.train.report import plot_confusion
+
+
+def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
+    out = tmp_path / "run"
+    assert cli.main(["train", "--out", str(out), *TINY, "train.steps=99999999999999999999"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "train.steps must be <= 2**53" in err, err
+    assert not out.exists()
+
+
+def test_identical_saves_write_identical_bytes(tmp_path) -> None:
+    """safetensors keeps its metadata in a hash map whose order changes from one save to the next."""
+    tensors = {"b": torch.ones(3), "a": torch.zeros(2, dtype=torch.float16)}
+    metadata = {"library": "vitkit", "format": "pt", "z": "1", "k": "v"}
+    digests = set()
+    for _ in range(16):
+        save_state_dict(tensors, tmp_path / "w.safetensors", metadata=metadata)
+        digests.add(hashlib.sha256((tmp_path / "w.safetensors").read_bytes()).hexdigest())
+    assert len(digests) == 1
+
+
+class Failing(Dataset):
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: int):
+        raise RuntimeError(f"item {index} broke\nwith a second line")
+
+
+def test_a_worker_error_reaches_the_main_process_as_one_line() -> None:
+    stream = iter(DataLoader(Failing(), batch_size=None, num_workers=1))
+    with pytest.raises(RuntimeError) as raised:
+        next_batch(stream)
+    message = "RuntimeError: item 0 broke with a second line (RuntimeError in DataLoader worker process 0)"
+    assert str(raised.value) == message
+
+
+def test_names_users_control_are_drawn(tmp_path) -> None:
+    """A folder name that is not UTF-8 (a surrogate in Python), mathtext, a lone surrogate."""
+    names = ["a\udcffb", "$x^", "\ud800"]
+    path = plot_confusion(torch.eye(3, dtype=torch.int64), names, tmp_path / "c.png", "test $ \udcff")
+    assert path.stat().st_size > 0
