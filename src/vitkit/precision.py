@@ -32,7 +32,6 @@ it resumes (it is saved in each checkpoint's state.json), so `auto` cannot chang
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
 import time
@@ -328,30 +327,6 @@ def unmeasured_rule(model: nn.Module, batch_size: int, device: torch.device) -> 
     why = f"auto: CPU with {units}; {batch_size} image(s) at a time are not worth a measurement"
     return Precision(
         "fp32", f"{why}, and a model of {params / 1e6:.3g}M parameters gains little from bf16", device
-    )
-
-
-def add_precision_argument(
-    parser: argparse.ArgumentParser, default: str | None = "auto", what: str = ""
-) -> None:
-    """The `--precision auto|bf16|fp32` flag of every command."""
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default=default,
-        help=f"{what}bf16 autocast or float32; 'auto' picks bf16 on CUDA, and on CPUs with native bf16 units "
-        "(amx_bf16 / avx512_bf16) when a short measurement, made once per machine and cached, finds it faster "
-        "(docs/PRECISION.md)",
-    )
-
-
-def add_compile_argument(parser: argparse.ArgumentParser) -> None:
-    """The `--compile` flag of the batched inference commands."""
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="torch.compile the model for inference, its weights frozen (compiling takes seconds to a minute; "
-        "pays on many batches: docs/PRECISION.md)",
     )
 
 

@@ -9,8 +9,9 @@ import torch
 
 import vitkit
 from vitkit.commands import positive_int
+from vitkit.commands._arguments import add_precision_argument
 from vitkit.flops import count_flops, count_parameters
-from vitkit.precision import add_precision_argument, inference_precision
+from vitkit.precision import inference_precision
 
 HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed forward pass"
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands import positive_int
+from vitkit.commands._arguments import add_compile_argument, add_precision_argument
 from vitkit.evaluate.weights import SPLITS, evaluate_weights
-from vitkit.precision import add_compile_argument, add_precision_argument
 
 HELP = "evaluate weights (a run: on its own data) — top-1, top-5, per-class accuracy and a confusion matrix"
 

@@ -11,10 +11,11 @@ import torch
 
 from vitkit import load_weights
 from vitkit.commands import positive_int
+from vitkit.commands._arguments import add_precision_argument
 from vitkit.data import open_source
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.evaluate.weights import run_recipe
-from vitkit.precision import add_precision_argument, inference_precision
+from vitkit.precision import inference_precision
 
 HELP = "few-shot linear evaluation (closed-form ridge on frozen pre-logits features), mean/std over seeds"
 

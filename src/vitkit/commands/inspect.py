@@ -11,14 +11,14 @@ from pathlib import Path
 import torch
 
 from vitkit.commands import positive_int
-from vitkit.data.decode import add_max_pixels_argument
+from vitkit.commands._arguments import add_max_pixels_argument, add_precision_argument
 from vitkit.inspect.figures import write_figures
 from vitkit.inspect.images import preprocess, read_images
 from vitkit.inspect.probe import inspect_model, summary_json
 from vitkit.inspect.report import write_report
 from vitkit.models.config import to_pair
 from vitkit.models.vit import VisionTransformer
-from vitkit.precision import add_precision_argument, inference_precision
+from vitkit.precision import inference_precision
 from vitkit.weights import load_weights
 
 HELP = "draw the paper's figures (§4.5, D.7, D.8) for a model: filters, position embeddings, attention"

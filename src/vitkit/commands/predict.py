@@ -18,13 +18,14 @@ from torch import nn
 from tqdm import tqdm
 
 from vitkit.commands import positive_int
-from vitkit.data.decode import ImageDecodeError, add_max_pixels_argument, decode_image, find_images
+from vitkit.commands._arguments import add_max_pixels_argument, add_precision_argument
+from vitkit.data.decode import ImageDecodeError, decode_image, find_images
 from vitkit.data.transforms import eval_transform
 from vitkit.device import resolve_device
 from vitkit.evaluate.predictions import Prediction, output_format, write_predictions
 from vitkit.models import ResNetConfig, ViTConfig
 from vitkit.models.registry import Model
-from vitkit.precision import Precision, add_precision_argument, inference_precision
+from vitkit.precision import Precision, inference_precision
 from vitkit.weights import load_weights
 
 HELP = (

@@ -9,8 +9,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from vitkit.commands._arguments import add_precision_argument
 from vitkit.device import resolve_device
-from vitkit.precision import add_precision_argument
 from vitkit.train import train
 from vitkit.train.annotated import annotated_toml
 from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size

@@ -21,7 +21,6 @@ Every failure is an ImageDecodeError whose one-line message names the file and w
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import stat
@@ -283,25 +282,3 @@ def _not_regular(path: Path) -> dict[str, str]:
     except OSError as error:
         reason = error.strerror or str(error)
     return {"path": printable(str(path)), "reason": reason}
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of pixels, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1 pixel, got {value}")
-    return value
-
-
-def add_max_pixels_argument(parser: argparse.ArgumentParser) -> None:
-    """--max-pixels, shared by the commands that read images."""
-    parser.add_argument(
-        "--max-pixels",
-        type=_positive_int,
-        default=None,
-        metavar="N",
-        help=f"refuse images of more than N pixels before decoding them "
-        f"(default ${MAX_PIXELS_ENV} or {DEFAULT_MAX_PIXELS:,})",
-    )

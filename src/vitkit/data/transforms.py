@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-from vitkit.models.config import to_pair
+from vitkit.sizes import to_pair
 
 CROPS = ("inception", "resize_crop", "pad_crop", "none")
 # 'resize_crop' resizes to img_size * 8/7 before a random img_size crop (28 -> 32, 224 -> 256);

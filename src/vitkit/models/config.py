@@ -8,19 +8,11 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+from vitkit.sizes import to_pair
+
 CLASSIFIERS = ("token", "gap")
 ACTIVATIONS = ("gelu", "gelu_tanh")
 POS_EMBEDS = ("none", "learned", "learned_2d", "sincos", "relative")
-
-
-def to_pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
-    """(h, w) from an int or a pair, so square and non-square sizes share one code path."""
-    if isinstance(value, numbers.Integral):
-        return (int(value), int(value))
-    if not isinstance(value, (tuple, list)) or len(value) != 2:
-        raise ValueError(f"a size must be an integer or a pair [height, width], got {value!r}")
-    h, w = value
-    return tuple(int(v) if isinstance(v, numbers.Integral) else v for v in (h, w))  # type: ignore[return-value]
 
 
 @dataclass
