@@ -102,7 +102,14 @@ def test_two_identical_predict_calls_pick_the_same_precision(tmp_path, capsys):
     save_pretrained(tiny_model(), tmp_path / "weights")
     image = tmp_path / "a.png"
     Image.new("RGB", (40, 30), (200, 10, 10)).save(image)
-    argv = ["predict", str(image), "--weights", str(tmp_path / "weights")]
+    argv = [
+        "predict",
+        str(image),
+        "--weights",
+        str(tmp_path / "weights"),
+        "--device",
+        "cpu",
+    ]  # a GPU decides by rule
     lines = []
     for _ in range(2):
         precision._measured.clear()
