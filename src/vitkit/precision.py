@@ -14,8 +14,8 @@ How `auto` decides, for one device and one model at one batch size:
   2. a short measurement says bf16 is faster: the caller's step (a training step or a forward pass of this model
      at this batch) runs `WARMUP_CALLS` times in each precision (the first calls build oneDNN's kernels and are
      many times slower than the steady state), then alternately `MEASURE_ROUNDS` timed calls each, and bf16 wins
-     when its median is lower. The gain depends on the model and the CPU (a 0.3M-parameter ViT's training step:
-     1.5x on an AMX Xeon; ViT-S/16: 3x), and a step made mostly of casts and small products can lose. The
+     when its median is lower. The gain depends on the model and the CPU (docs/PRECISION.md), and a step made
+     mostly of casts and small products can lose. The
      timings are kept in the cache directory (vitkit.cache: one small JSON per CPU model, thread count, torch
      version, model configuration, input shape and mode), so the same call measures once per machine and every
      later process chooses the same.
@@ -122,7 +122,7 @@ def weights_in(model: nn.Module, dtype: torch.dtype | None) -> Iterator[nn.Modul
 
     The whole forward pass then runs in `dtype`, the residual stream included; autocast alone casts every weight
     at every call and keeps the stream, norms and additions in float32, memory traffic that dominates at small
-    batches (ViT-B/16 at batch 8 on 2 cores of an AMX Xeon: 1.18-1.21x faster, docs/PRECISION.md). The official
+    batches (docs/PRECISION.md measures the difference). The official
     logits stay within the documented bf16 tolerance (tests/precision/test_agreement.py). Weight-standardised
     convolutions (the hybrid's StdConv2d) keep float32 weights: their standardisation needs float32, and
     autocast casts the standardised kernel. The cast copies need no gradient: this is for inference only.

@@ -19,7 +19,7 @@ from vitkit.train.recipe import RECIPE_NAME, RESUME_MAY_CHANGE, RunConfig
 from vitkit.train.report import format_metrics
 from vitkit.train.resolve import default_run_dir, resolve
 
-HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST in ~5 minutes on 2 CPU cores)"
+HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST, minutes on a CPU)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

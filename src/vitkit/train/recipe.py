@@ -3,7 +3,7 @@
 Recipes are TOML files (configs/*.toml); any field can be overridden as `section.field=value`
 (vitkit.train.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
 shows beside its value and default. The dataclass defaults are the default recipe: the small Fashion-MNIST ViT
-that `vitkit train` runs in about five minutes on two CPU cores; the model follows the data
+that `vitkit train` runs in minutes on a CPU (docs/RESULTS.md); the model follows the data
 (vitkit.train.defaults) unless one is named. `finetune_defaults()` is the paper's fine-tuning recipe (§3.2,
 B.1.1): SGD with momentum 0.9, no weight decay, cosine decay, gradient clipping at 1, batch 512, Polyak
 averaging 0.9999.
@@ -119,15 +119,15 @@ class OptimSection:
 class TrainSection:
     """Length, batch, objective, averaging, evaluation/checkpoint cadence and execution options.
 
-    `threads` is 1 by default: on a shared 2-core CPU two threads ran up to 10x slower than one (their barriers
-    wait for preempted peers); a resume is bitwise exact for the same thread count. `processes` N > 1 starts N
+    `threads` is 1 by default: on a shared CPU several threads can run far slower than one (their barriers wait
+    for preempted peers; BENCHMARKS.md); a resume is bitwise exact for the same thread count. `processes` N > 1 starts N
     data-parallel processes on this machine, as `torchrun --standalone --nproc_per_node N` would (ignored when a
     launcher started the run): on a CPU, N processes of `threads` threads use the cores better than one process
     with N times the threads (BENCHMARKS.md). `micro_batch_size` M runs a rank's share of the batch in
     micro-batches of M with their gradients summed: the step is unchanged, activation memory bounded.
     `cuda_graph` captures a step's update once as a CUDA graph and replays it (vitkit.train.graph): a small
     model's GPU step is bound by launching kernels. `keep_freed_memory` (CPU with glibc) keeps freed memory in
-    the process as a GPU's caching allocator does (vitkit.allocator): steps up to ~1.14x faster; it tunes malloc
+    the process as a GPU's caching allocator does (vitkit.allocator; BENCHMARKS.md measures it); it tunes malloc
     for the whole process while the loop runs, so a program with its own malloc settings turns it off.
     `objective` 'mpp' is masked patch prediction (§4.6, B.1.2): no classifier, so no accuracy evaluation
     (`eval_every` must be 0), the report has the MPP loss on the test set and final/ holds the bare ViT.
