@@ -22,7 +22,9 @@ def test_every_recipe_field_is_listed_with_its_default() -> None:
             key = f"`{section.name}.{spec.name}`"
             expected.add(key)
             assert f"`{toml_value(field_default(spec))}`".replace("|", "\\|") in rows[key], key
-            assert not rows[key].rstrip().endswith("|  |"), f"{key} has no help line (`option(default, help)`)"
+            assert not rows[key].rstrip().endswith("|  |"), (
+                f"{key} has no help line (`option(default, help)`)"
+            )
     assert set(rows) == expected
 
 
