@@ -1,4 +1,4 @@
-# The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (about 2 minutes on 2 cores),
+# The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (about a minute on 2 cores),
 # `make test-slow` the rest (process groups, kill-and-resume, full-size conversions, benchmarks, torch.compile,
 # the headless-Chromium rendering), `make test-all` both, as CI does. `make lint`: ruff (lint, format) and mypy.
 # `make docs` builds the documentation site into site/ (mkdocs.yml), failing on any warning.
