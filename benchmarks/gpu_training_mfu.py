@@ -1,7 +1,7 @@
 """Training throughput and MFU of ViT-B/16 at 224 on one GPU: vitkit's engine step against timm's model in a
 plain bf16 loop, eager and compiled, in one process.
 
-The engine's step is `vitkit.train.engine.build_train_step`, built as `vitkit train` builds it: its data path
+The engine's step is `vitkit.train.build.build_train_step`, built as `vitkit train` builds it: its data path
 (uint8 images held in GPU memory, the batched augmentation of `data.crop`/`data.flip`, keyed by step), bf16
 autocast, fused AdamW, gradient clipping, the CUDA graph of `train.cuda_graph=auto` (eager), and with `--compile`
 `train.compile=true` (not captured). timm's loop is the textbook one around `timm.create_model` with vitkit's weights
@@ -35,7 +35,8 @@ import vitkit
 from vitkit.bench.table import environment, format_table
 from vitkit.data import ImageDataset
 from vitkit.flops import count_flops
-from vitkit.train.engine import build_run_model, build_train_step
+from vitkit.precision import choose_precision
+from vitkit.train.build import build_run_model, build_train_step, optimizer_and_average
 from vitkit.train.recipe import ModelSection, RunConfig
 
 # Dense bf16 tensor-core peaks (no sparsity), TFLOP/s, from NVIDIA's data sheets.
@@ -76,8 +77,9 @@ def engine_candidate(args: argparse.Namespace, data: ImageDataset, compile: bool
     torch.manual_seed(0)
     model = build_run_model(config, data.classes, None).to(args.device)
     model.train()
-    autocast_dtype = torch.bfloat16 if args.device.type == "cuda" else None
-    step = build_train_step(config, data, model, args.device, autocast_dtype, "none")
+    precision = choose_precision("bf16" if args.device.type == "cuda" else "fp32", args.device)
+    optimizer, ema = optimizer_and_average(config, model, args.device)
+    step = build_train_step(config, data, model, optimizer, ema, precision, "none")
     counter = itertools.count()
     return lambda: step(next(counter)) and None
 

@@ -77,20 +77,23 @@ class Precision:
         """torch.bfloat16 for bf16 autocast, None for plain float32."""
         return torch.bfloat16 if self.name == "bf16" else None
 
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """The context to run forward passes in: bf16 autocast on this device, or nothing."""
-        return autocast(self.device, self.autocast_dtype)
+    def autocast(self, cache: bool = True) -> contextlib.AbstractContextManager:
+        """The context to run forward passes in: bf16 autocast on this device, or nothing (`cache`: reuse each
+        weight's cast within the region, which a CUDA graph capture must not)."""
+        return autocast(self.device, self.autocast_dtype, cache)
 
     @contextlib.contextmanager
     def inference(self, model: nn.Module, compile: bool = False) -> Iterator[nn.Module]:
-        """The context for inference of `model` in this precision: autocast, with the model's weights held in
-        bf16 for the block (`weights_in`); it yields the module to call, compiled for inference with `compile`
-        (`compiled_for_inference`)."""
-        with (
-            self.autocast(),
-            weights_in(model, self.autocast_dtype),
-            compiled_for_inference(model, compile) as m,
-        ):
+        """The context for inference of `model` in this precision: autocast around `held`."""
+        with self.autocast(), self.held(model, compile) as m:
+            yield m
+
+    @contextlib.contextmanager
+    def held(self, model: nn.Module, compile: bool = False) -> Iterator[nn.Module]:
+        """`model`'s weights held in bf16 for the block (`weights_in`), without autocast, which the caller takes
+        from this precision itself (vitkit.evaluate); it yields the module to call, compiled for inference with
+        `compile` (`compiled_for_inference`)."""
+        with weights_in(model, self.autocast_dtype), compiled_for_inference(model, compile) as m:
             yield m
 
     def record(self) -> dict[str, str]:

@@ -18,7 +18,7 @@ import torch
 from image_collections import write_folder
 from vitkit import cli
 from vitkit.train import checkpoint as ckpt
-from vitkit.train import dcp
+from vitkit.train import checkpoint_formats
 
 from .conftest import STEPS, run_torchrun, torchrun, truncate
 
@@ -78,7 +78,7 @@ def test_fsdp_on_two_processes_trains_like_ddp(runs):
     report = json.loads((fsdp / "report.json").read_text())
     assert report["world_size"] == 2
     assert report["parameters"] == json.loads((ddp / "report.json").read_text())["parameters"]
-    assert dcp.is_sharded(ckpt.latest_checkpoint(fsdp))  # torch.distributed.checkpoint shards
+    assert checkpoint_formats.is_sharded(ckpt.latest_checkpoint(fsdp))  # torch.distributed.checkpoint shards
     assert sorted(p.name for p in (fsdp / "final").iterdir()) == ["config.json", "model.safetensors"]
     from vitkit import load_weights
 
@@ -125,7 +125,7 @@ def test_a_checkpoint_of_one_process_resumes_in_two_fsdp_processes(runs, tmp_pat
     assert "resuming at step 20" in output and output.count("test top-1") == 1  # rank 0 alone prints
     assert_same_training(single, resumed, steps=range(21, STEPS + 1))
     assert json.loads((resumed / "report.json").read_text())["world_size"] == 2
-    assert dcp.is_sharded(ckpt.latest_checkpoint(resumed))
+    assert checkpoint_formats.is_sharded(ckpt.latest_checkpoint(resumed))
 
 
 def test_images_skipped_on_every_rank_are_all_reported(tmp_path, tiny):

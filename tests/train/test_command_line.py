@@ -11,7 +11,7 @@ import torch
 import vitkit
 from command_lines import resolve
 from vitkit import cli
-from vitkit.train.engine import build_run_model
+from vitkit.train.build import build_run_model
 from vitkit.train.overrides import load_config
 from vitkit.train.recipe import RunConfig, finetune_defaults
 

@@ -10,7 +10,7 @@ import torch
 
 from vitkit import cli
 from vitkit.storage import load_state_dict
-from vitkit.train.engine import use_cuda_graph
+from vitkit.train.build import use_cuda_graph
 from vitkit.train.recipe import TrainSection
 from vitkit.train.report import read_metrics
 

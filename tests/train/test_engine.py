@@ -13,7 +13,8 @@ from torchvision.datasets import FashionMNIST
 from vitkit import cli, from_pretrained
 from vitkit.data.lazy import LazySource
 from vitkit.storage import load_state_dict, read_config
-from vitkit.train import engine
+from vitkit.train import objectives
+from vitkit.train.step import NonFiniteLoss, PendingLosses
 
 
 @pytest.fixture(scope="module")
@@ -119,14 +120,14 @@ def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_hea
 def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
     tmp_path, capsys, monkeypatch, tiny
 ):
-    real_loss, calls = engine.classification_loss, []
+    real_loss, calls = objectives.classification_loss, []
 
     def loss_that_explodes(*args, **kwargs):
         calls.append(1)
         value = real_loss(*args, **kwargs)
         return value * float("nan") if len(calls) == 13 else value
 
-    monkeypatch.setattr(engine, "classification_loss", loss_that_explodes)
+    monkeypatch.setattr(objectives, "classification_loss", loss_that_explodes)
     out = tmp_path / "run"
     code = cli.main(["train", "--out", str(out), "--steps", "30", "--checkpoint-every", "5", *tiny])
     error = capsys.readouterr().err
@@ -141,11 +142,11 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
 def test_deferred_losses_are_checked_when_read_on_cuda_and_by_the_step_on_cpu():
     """On CUDA the step does not read its loss (no host sync), so reading the pending losses checks them."""
     for device, raises in (("cuda", True), ("cpu", False)):
-        pending = engine.PendingLosses(torch.device(device))
+        pending = PendingLosses(torch.device(device))
         for step, loss in enumerate((2.0, float("inf"), 1.5), start=1):
             pending.append(step, torch.tensor(loss), 0.1)
         if raises:
-            with pytest.raises(engine.NonFiniteLoss, match="loss is inf at step 2; stopped at step 3"):
+            with pytest.raises(NonFiniteLoss, match="loss is inf at step 2; stopped at step 3"):
                 pending.read()
         else:
             assert [loss for _, loss, _ in pending.read()] == [2.0, float("inf"), 1.5]

@@ -16,7 +16,7 @@ from vitkit.data import balanced_subset, load_dataset
 from vitkit.models import ResNetConfig, build_model, config_from_dict
 from vitkit.models.vit import VisionTransformer
 from vitkit.storage import load_state_dict, read_config
-from vitkit.train import engine
+from vitkit.train import build, trainer
 from vitkit.train.optim import parameter_groups
 from vitkit.train.overrides import apply_overrides
 from vitkit.train.recipe import RunConfig, finetune_defaults
@@ -36,7 +36,7 @@ def mpp_run(tmp_path_factory, tiny):
         pytest.MonkeyPatch.context() as patch
     ):  # module scope: the autouse fixtures of tiny_run do not apply yet
         patch.setenv("VITKIT_EMBEDDED", "1")
-        engine.train(apply_overrides(RunConfig(), overrides), out)
+        trainer.train(apply_overrides(RunConfig(), overrides), out)
     torch.set_num_threads(threads)
     return out
 
@@ -81,7 +81,7 @@ def test_final_is_the_bare_vit_of_the_averaged_wrapper_and_checkpoints_hold_the_
 def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp_path):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}"]).validate()
-    model = engine.build_run_model(config, [str(i) for i in range(10)], None)
+    model = build.build_run_model(config, [str(i) for i in range(10)], None)
     assert isinstance(model, VisionTransformer) and model.config.num_classes == 10
     assert not model.head.weight.any() and not model.head.bias.any()
     assert torch.equal(model.blocks[0].attn.qkv.weight, vitkit.load_weights(out).blocks[0].attn.qkv.weight)
@@ -98,7 +98,7 @@ def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp
 def test_weight_decay_exempts_the_mask_token_and_the_vits_exemptions(mpp_run):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}", "train.objective=mpp"]).validate()
-    model = engine.build_run_model(config, [str(i) for i in range(10)], None)
+    model = build.build_run_model(config, [str(i) for i in range(10)], None)
     names = {id(p): n for n, p in model.named_parameters()}
     exempt = {names[id(p)] for p in parameter_groups(model, 0.05)[1]["params"]}
     assert {"mask_token", "head.bias", "vit.pos_embed.weight", "vit.norm.weight"} <= exempt
@@ -160,4 +160,4 @@ def test_mpp_refuses_resnet_weights(tmp_path):
     with pytest.raises(
         ValueError, match="train.objective='mpp' needs a Vision Transformer; .* is a ResNetV2"
     ):
-        engine.build_run_model(config, [str(i) for i in range(10)], None)
+        build.build_run_model(config, [str(i) for i in range(10)], None)

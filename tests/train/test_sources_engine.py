@@ -13,7 +13,7 @@ from test_resume import assert_bitwise_equal
 from image_collections import in_memory, write_folder, write_packed
 from vitkit import cli
 from vitkit.data import FolderSource
-from vitkit.train import engine
+from vitkit.train import build
 
 STEPS = 6
 FINAL = f"checkpoints/step_{STEPS:08d}"
@@ -30,7 +30,7 @@ def memory_run(tmp_path_factory, folder, tiny):
     out = tmp_path_factory.mktemp("memory") / "run"
     memory = {split: in_memory(FolderSource(folder, split), channels=1) for split in ("train", "test")}
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "open_source", lambda spec, split, *args, **kwargs: memory[split])
+        patch.setattr(build, "open_source", lambda spec, split, *args, **kwargs: memory[split])
         assert train(out, folder, tiny) == 0
     return out
 

@@ -6,7 +6,7 @@ import torch
 import vitkit
 from vitkit.data import hold_out, load_dataset
 from vitkit.evaluate import evaluate
-from vitkit.train import engine
+from vitkit.train import trainer
 from vitkit.train.overrides import apply_overrides
 from vitkit.train.recipe import RunConfig
 from vitkit.train.report import read_metrics
@@ -33,7 +33,7 @@ def test_the_held_out_split_is_balanced_disjoint_complete_and_keyed_by_its_seed(
 def test_a_run_trains_without_the_split_evaluates_on_it_meanwhile_and_reports_both(tmp_path, tiny):
     out = tmp_path / "run"
     overrides = [*tiny, "train.steps=4", "train.eval_every=2", "data.val_split=200", "data.val_seed=1"]
-    report = engine.train(apply_overrides(RunConfig(), overrides), out)
+    report = trainer.train(apply_overrides(RunConfig(), overrides), out)
     periodic = [r for r in read_metrics(out) if "wall_seconds" in r]
     assert "val_top1" in periodic[0] and "test_top1" not in periodic[0]  # step 2: validation only
     assert report["val_images"] == 200 and report["epochs"] == 4 * 32 / (4000 - 200)

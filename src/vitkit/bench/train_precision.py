@@ -21,12 +21,12 @@ from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ra
 from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
 from vitkit.precision import Precision
-from vitkit.train.engine import build_train_step, on_device, run_precision
+from vitkit.train.build import build_train_step, on_device, optimizer_and_average, run_precision
 
 NAME = "precision"
 HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"
 COLUMNS = ["model", "batch", "precision", "images/s", "GFLOP/s", "MFU", "vs fp32", "ratio range", "spread"]
-DTYPES = {"fp32": None, "bf16": torch.bfloat16}
+DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # what each precision autocasts to
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -78,7 +78,10 @@ def training_precision(
     flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)  # fwd + bwd
     candidates: dict[str, Callable[[], object]] = {}
     for name, dtype in DTYPES.items():
-        step = build_train_step(config, dataset, copy.deepcopy(model).train(), target, dtype, "none")
+        copied = copy.deepcopy(model).train()
+        optimizer, ema = optimizer_and_average(config, copied, target)
+        fixed = Precision(name, "measured", target)
+        step = build_train_step(config, dataset, copied, optimizer, ema, fixed, "none")
         candidates[name] = _steps(step, steps, target)
         candidates[f"gemm {name}"], gemm_flops = gemm_candidate(
             gemm_size, dtype=dtype or torch.float32, device=target
@@ -112,7 +115,7 @@ def training_precision(
             }
         )
     config.train.precision = "auto"
-    chosen: Precision = run_precision(config, model.train(), dataset, b, target, None)
+    chosen: Precision = run_precision(config, model.train(), dataset, target, None)
     rows.append({"precision": auto_label(chosen)})
     desc = f"{config.model.name} {count_parameters(model) / 1e6:.2f}M at {model.config.input_size[1]}"
     for row in rows:

@@ -1,6 +1,6 @@
 """Training throughput: the vitkit engine's full step against timm's model of the same shape in a plain loop.
 
-The engine side is the engine's own step, `vitkit.train.engine.build_train_step` (seeding, learning rate, batched data,
+The engine side is the engine's own step, `vitkit.train.build.build_train_step` (seeding, learning rate, batched data,
 forward, backward, loss averaging, foreach clipping, fused AdamW, EMA when the recipe has it, glibc keeping freed
 memory), built from the recipe as `vitkit train` builds it, minus logging, evaluation and checkpoints (none of
 which runs on an ordinary step). It runs in one process at the benchmark's thread count, compiled with `compile`,
@@ -43,8 +43,9 @@ from vitkit.collectives import world
 from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load_dataset, steps_per_epoch
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import Trainable
+from vitkit.precision import choose_precision
+from vitkit.train.build import build_run_model, build_train_step, optimizer_and_average, train_transform
 from vitkit.train.distributed import resolve_strategy
-from vitkit.train.engine import build_run_model, build_train_step, train_transform
 from vitkit.train.overrides import load_config
 from vitkit.train.recipe import ModelSection, RunConfig
 
@@ -122,7 +123,10 @@ def engine_step(workload: Workload, compile: bool) -> Callable[[], float]:
     config = copy.deepcopy(workload.config)
     config.train.compile = compile
     strategy = resolve_strategy(config.train.strategy, world()[1])
-    step = build_train_step(config, workload.dataset, workload.model, torch.device("cpu"), None, strategy)
+    cpu = torch.device("cpu")
+    optimizer, ema = optimizer_and_average(config, workload.model, cpu)
+    fp32 = choose_precision("fp32", cpu)
+    step = build_train_step(config, workload.dataset, workload.model, optimizer, ema, fp32, strategy)
     workload.model.train()
     counter = itertools.count()
     return lambda: step(next(counter))[0].item()

@@ -116,7 +116,7 @@ def export_for_serving(model: Model, args: argparse.Namespace) -> None:
     dataset = open_source(args.accuracy_on, "test", args.data_dir) if args.accuracy_on else None
     export_onnx(model, args.dst, int8=args.int8)
     if dataset is not None:
-        torch_top1 = evaluate(model, dataset, device="cpu").top1
+        torch_top1 = evaluate(model, dataset).top1
         file_top1 = onnx_top1(args.dst, dataset)
         kind = "int8" if args.int8 else "fp32"
         print(

@@ -88,10 +88,10 @@ def run(args: argparse.Namespace) -> int:
         l2=args.l2,
         num_test=args.num_test,
         batch_size=args.batch_size,
-        autocast_dtype=precision.autocast_dtype,
+        precision=precision,
     )
     start = time.perf_counter()
-    with precision.inference(model):
+    with precision.held(model):
         report = evaluator.evaluate(model)
     total = time.perf_counter() - start
     report = {

@@ -30,7 +30,9 @@ import torch
 from torch import nn
 
 from vitkit.data import eval_transform, gather_images
+from vitkit.evaluate.loop import eval_mode
 from vitkit.models import as_model, unwrap_model
+from vitkit.precision import Precision, choose_precision
 
 BIAS_CONSTANT = 100.0
 STD_EPS = 1e-5
@@ -265,13 +267,11 @@ def extract_features(
     model: nn.Module,
     images: torch.Tensor | np.ndarray,
     batch_size: int = 256,
-    autocast_dtype: torch.dtype | None = None,
+    precision: Precision | None = None,
 ) -> np.ndarray:
     """Pre-logits vectors (float32 [N, D]) of uint8 images [N, C, H, W]: eval preprocessing at the model's
-    img_size / in_chans, `model(x, pre_logits=True)`, in batches under torch.no_grad with the model in eval mode
-    (every module's previous train/eval mode is restored afterwards);
-    `autocast_dtype` (e.g. torch.bfloat16 on GPU) runs the forward under torch.autocast; the features are
-    returned as float32."""
+    img_size / in_chans, `model(x, pre_logits=True)`, in batches without gradients, in eval mode
+    (vitkit.evaluate.loop.eval_mode) and under `precision` (default float32)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     net = as_model(unwrap_model(model))
@@ -279,23 +279,17 @@ def extract_features(
     images = torch.as_tensor(images)
     param = next(net.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
-    amp = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
+    precision = precision or choose_precision("fp32", device)
     chunks = []
-    try:
-        with torch.no_grad():
-            for start in range(0, len(images), batch_size):
-                batch = images[start : start + batch_size].to(device)
-                x = eval_transform(batch, config.img_size, config.in_chans)
-                if param is not None:
-                    x = x.to(param.dtype)
-                with amp:
-                    feats = net(x, pre_logits=True)
-                chunks.append(feats.float().cpu().numpy())
-    finally:
-        for module, training in modes:  # exactly the previous modes, submodule by submodule
-            module.training = training
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, len(images), batch_size):
+            batch = images[start : start + batch_size].to(device)
+            x = eval_transform(batch, config.img_size, config.in_chans)
+            if param is not None:
+                x = x.to(param.dtype)
+            with precision.autocast():
+                feats = net(x, pre_logits=True)
+            chunks.append(feats.float().cpu().numpy())
     if not chunks:
         return np.zeros((0, getattr(net, "num_features", 0)), dtype=np.float32)
     return np.concatenate(chunks, axis=0)
@@ -309,7 +303,8 @@ def _num_classes(dataset: Any, labels: np.ndarray) -> int:
 
 
 class FewShotEvaluator:
-    """The few-shot metric the training engine runs every N steps (the paper's on-the-fly metric).
+    """The few-shot metric a training run measures every `every` steps and at its end (the paper's on-the-fly
+    metric): an evaluator (vitkit.evaluate.evaluators) named "fewshot".
 
     Subsets are drawn once, here: only the union of the sampled training images (at most
     len(seeds) * max(shots) * K) and the (optionally capped) test images are kept and pushed through the
@@ -333,8 +328,10 @@ class FewShotEvaluator:
         num_test: int | None = None,
         batch_size: int = 256,
         prefix: str = "fewshot_",
-        autocast_dtype: torch.dtype | None = None,
+        precision: Precision | None = None,
+        every: int = 0,
     ) -> None:
+        self.name, self.every = "fewshot", every
         self.shots = check_shots(shots)
         self.seeds = seed_list(seeds)
         self.l2 = l2_list(l2)
@@ -342,7 +339,7 @@ class FewShotEvaluator:
             raise ValueError(f"l2 values must be positive, got {self.l2}")
         self.batch_size = batch_size
         self.prefix = prefix
-        self.autocast_dtype = autocast_dtype
+        self.precision = precision
         train_labels = np.asarray(torch.as_tensor(train_dataset.labels).cpu(), dtype=np.int64)
         self.num_classes = _num_classes(train_dataset, train_labels)
         subsets = {s: sample_shots(train_labels, self.num_classes, self.shots, s) for s in self.seeds}
@@ -369,8 +366,8 @@ class FewShotEvaluator:
     def features(self, model: nn.Module) -> tuple[np.ndarray, np.ndarray]:
         """Pre-logits of the kept training images and of the test images."""
         start = time.perf_counter()
-        train = extract_features(model, self.train_images, self.batch_size, self.autocast_dtype)
-        test = extract_features(model, self.test_images, self.batch_size, self.autocast_dtype)
+        train = extract_features(model, self.train_images, self.batch_size, self.precision)
+        test = extract_features(model, self.test_images, self.batch_size, self.precision)
         self.last_extract_seconds = time.perf_counter() - start
         return train, test
 

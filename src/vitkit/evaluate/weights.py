@@ -87,14 +87,8 @@ def evaluate_weights(
     model = load_weights(weights).to(resolve_device(device))
     names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.source}")
     chosen = inference_precision(precision, model, batch_size)
-    with chosen.inference(model, compile) as forward:
-        result = evaluate(
-            forward,
-            dataset,
-            batch_size=batch_size,
-            device=chosen.device,
-            autocast_dtype=chosen.autocast_dtype,
-        )
+    with chosen.held(model, compile) as forward:
+        result = evaluate(forward, dataset, batch_size=batch_size, precision=chosen)
     folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None
     report: dict[str, Any] = {
         "weights": str(weights),

@@ -1,11 +1,12 @@
-"""Training and fine-tuning: one loop (engine), its optimizers, objectives, averaging, checkpoints and reports.
+"""Training and fine-tuning: one trainer, its optimizers, objectives, averaging, checkpoints and reports.
 
 Called, the package is the Python API: `vitkit.train(recipe, out=..., **sections)` is vitkit.train.api.train, so
 `vitkit.train` stays the package its modules live in (`from vitkit.train.recipe import RunConfig`).
 """
 
 from vitkit.callable_package import make_callable
-from vitkit.train.engine import NonFiniteLoss, train
+from vitkit.train.step import NonFiniteLoss
+from vitkit.train.trainer import train
 
 __all__ = ["NonFiniteLoss", "train"]
 

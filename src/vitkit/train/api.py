@@ -18,10 +18,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vitkit.train.engine import train as train_engine
 from vitkit.train.overrides import did_you_mean, load_config
 from vitkit.train.recipe import RECIPE_NAME, SECTIONS, RunConfig, finetune_defaults
 from vitkit.train.resolve import default_run_dir, resolve
+from vitkit.train.trainer import train as train_engine
 
 Recipe = str | os.PathLike | RunConfig | None
 

@@ -1,12 +1,19 @@
-"""Atomic, resumable checkpoints: one directory per step, written under a temporary name and renamed.
+"""The checkpoint manager: it saves and restores every piece of a run's state, for every strategy, and is the one
+place a checkpoint is read.
 
-A checkpoint holds the weights as safetensors (a save_pretrained directory, so it also loads as weights), the
-EMA weights as safetensors, the optimizer state as torch.save'd tensors and plain values (loaded with
-weights_only=True, never arbitrary objects) and `state.json` (step, clocks). The data order, augmentation,
-dropout RNG and learning rate are pure functions of (seed, step), so the step is the whole data/RNG position.
-A directory only gets its final name after every file in it is fsync'd, so a killed writer leaves at most a
-`.tmp-*` directory, which is never read and is removed when the run resumes (vitkit.train.rundir). A write that
-fails (a full disk: DiskFull) removes its temporary directory and leaves the earlier checkpoints as they were.
+A checkpoint is a directory `checkpoints/step_N/` holding:
+- `config.json`: the model's architecture and class names (a save_pretrained directory's, so the checkpoint also
+  loads as weights);
+- `state.json`: the step, the clocks, the precision the run chose, the data streams and the skipped images;
+- the tensors, in one of two formats (vitkit.train.checkpoint_formats): replicated (one process or DDP: rank 0
+  writes model, EMA and optimizer files) or sharded (FSDP: every rank writes its shards with
+  torch.distributed.checkpoint, which reshards on load, so a run continues on any number of processes).
+
+The data order, augmentation, dropout RNG and learning rate are pure functions of (seed, step), so the step is the
+whole data/RNG position. A directory only gets its final name after every file in it is fsync'd, so a killed
+writer leaves at most a `.tmp-*` directory, which is never read and is removed when the run resumes
+(vitkit.train.rundir). A write that fails (a full disk: DiskFull) removes its temporary directory and leaves the
+earlier checkpoints as they were.
 """
 
 from __future__ import annotations
@@ -18,27 +25,117 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
 
-from vitkit.storage import (
-    WEIGHTS_NAME,
-    DiskFull,
-    follow_umask,
-    is_disk_full,
-    load_state_dict,
-    save_pretrained,
-    save_state_dict,
-)
+from vitkit.collectives import barrier, broadcast_object, world
+from vitkit.storage import CONFIG_NAME, DiskFull, atomic_write_text, follow_umask, is_disk_full, read_config
+from vitkit.train import checkpoint_formats as formats
 
 CHECKPOINT_DIR = "checkpoints"
 STATE_NAME = "state.json"
-EMA_NAME = "ema.safetensors"
-OPTIMIZER_NAME = "optimizer.pt"
 _NAME = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """What a resume needs of a checkpoint before any model exists: where it is, the model's config.json and
+    the run's state.json. The tensors are read into the built model and optimizer by `CheckpointManager.restore`."""
+
+    path: Path
+    config: dict[str, Any]
+    state: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.state["step"])
+
+
+def read_checkpoint(path: str | os.PathLike) -> SavedCheckpoint:
+    """A checkpoint's config and state: the one place they are read."""
+    path = Path(path)
+    return SavedCheckpoint(path, read_config(path), json.loads((path / STATE_NAME).read_text()))
+
+
+class CheckpointManager:
+    """Saves a run's state into `run_dir`'s checkpoints (keeping the newest `keep`) and restores it, under the
+    run's `strategy` ('none', 'ddp' or 'fsdp'). Saving and restoring are collective: every rank calls them."""
+
+    def __init__(self, run_dir: str | os.PathLike, strategy: str, keep: int) -> None:
+        self.root = Path(run_dir) / CHECKPOINT_DIR
+        self.strategy, self.keep = strategy, keep
+
+    def restore(
+        self,
+        saved: SavedCheckpoint,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        ema: nn.Module | None,
+    ) -> None:
+        """Load `saved`'s tensors into `model` (plain, or sharded in place by FSDP), `optimizer` and `ema`."""
+        if ema is not None and not formats.has_ema(saved.path):
+            raise ValueError(f"{saved.path}: has no EMA weights, but train.ema_decay is set")
+        if formats.is_sharded(saved.path) or self.strategy == "fsdp":
+            formats.load_sharded(saved.path, model, optimizer)
+        else:
+            formats.load_replicated(saved.path, model, optimizer, ema)
+
+    def save(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        ema: nn.Module | None,
+        state: dict[str, Any],
+    ) -> Path | None:
+        """Write checkpoint `step` with `state` (state.json) atomically, then delete all but the newest `keep`;
+        returns its path on rank 0."""
+        rank = world()[0]
+        final = self.root / f"step_{step:08d}"
+        if rank == 0:
+            self.root.mkdir(parents=True, exist_ok=True)
+        # Rank 0 owns the temporary directory: removed again, and a full disk named, if writing it fails there.
+        with temporary_directory(self.root, final) if rank == 0 else contextlib.nullcontext() as made:
+            tmp = broadcast_object(made)
+            if self.strategy == "fsdp":
+                formats.save_sharded(tmp, model, optimizer)
+            elif rank == 0:
+                formats.save_replicated(tmp, model, optimizer, ema)
+            barrier()  # every file is written
+            if rank == 0:
+                atomic_write_text(tmp / CONFIG_NAME, json.dumps(config_fields(model), indent=2) + "\n")
+                write_state(tmp, step, state)
+                for path in tmp.iterdir():
+                    fsync(path)
+                fsync(tmp)
+        if rank == 0:
+            publish(tmp, final, self.keep)
+        barrier()
+        return final if rank == 0 else None
+
+
+def config_fields(model: nn.Module) -> dict[str, Any]:
+    """config.json of `model`: its architecture, and its class names when it has them."""
+    fields: dict[str, Any] = cast(Any, model).config.to_dict()
+    names = getattr(model, "class_names", None)
+    return fields | ({"class_names": list(names)} if names is not None else {})
+
+
+def save_checkpoint(
+    run_dir: str | os.PathLike,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    ema: nn.Module | None,
+    state: dict[str, Any],
+    keep: int,
+) -> Path | None:
+    """Write checkpoint `step` of a one-process run (CheckpointManager.save without a strategy)."""
+    return CheckpointManager(run_dir, "none", keep).save(step, model, optimizer, ema, state)
 
 
 def checkpoint_dirs(run_dir: str | os.PathLike) -> list[Path]:
@@ -63,38 +160,13 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     return dirs[-1] if dirs else None
 
 
-def save_checkpoint(
-    run_dir: str | os.PathLike,
-    step: int,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    ema: nn.Module | None,
-    state: dict[str, Any],
-    keep: int,
-) -> Path:
-    """Write checkpoint `step` atomically, then delete all but the newest `keep`."""
-    root = Path(run_dir) / CHECKPOINT_DIR
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step_{step:08d}"
-    with temporary_directory(root, final) as tmp:
-        save_pretrained(model, tmp)
-        if ema is not None:
-            save_state_dict(ema.state_dict(), tmp / EMA_NAME)
-        torch.save(optimizer.state_dict(), tmp / OPTIMIZER_NAME)
-        _fsync(tmp / OPTIMIZER_NAME)
-        write_state(tmp, step, state)
-        _fsync(tmp)
-    publish(tmp, final, keep)
-    return final
-
-
 def publish(tmp: Path, final: Path, keep: int) -> None:
     """Rename a filled temporary directory to `final` (replacing an older copy of that step), then delete all
     but the newest `keep` checkpoints."""
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    _fsync(final.parent)
+    fsync(final.parent)
     for old in checkpoint_dirs(final.parent.parent)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
@@ -115,33 +187,12 @@ def temporary_directory(root: Path, final: Path) -> Iterator[Path]:
         raise
 
 
-def load_checkpoint(
-    path: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer, ema: nn.Module | None
-) -> dict[str, Any]:
-    """Restore model, optimizer and EMA in place; returns state.json (with the step to continue from)."""
-    path = Path(path)
-    model.load_state_dict(load_state_dict(path / WEIGHTS_NAME))
-    device = next(model.parameters()).device
-    optimizer.load_state_dict(torch.load(path / OPTIMIZER_NAME, map_location=device, weights_only=True))
-    if ema is not None:
-        if not (path / EMA_NAME).is_file():
-            raise ValueError(f"{path}: has no {EMA_NAME}, but train.ema_decay is set")
-        ema.load_state_dict(load_state_dict(path / EMA_NAME))
-    return read_state(path)
-
-
 def write_state(directory: Path, step: int, state: dict[str, Any]) -> None:
-    """A checkpoint's state.json: its step, clocks, precision and data position, flushed to disk."""
+    """A checkpoint's state.json: its step, clocks, precision and data position."""
     (directory / STATE_NAME).write_text(json.dumps({"step": step, **state}, indent=2) + "\n")
-    _fsync(directory / STATE_NAME)
 
 
-def read_state(checkpoint: str | os.PathLike) -> dict[str, Any]:
-    """The state.json of `checkpoint`."""
-    return json.loads((Path(checkpoint) / STATE_NAME).read_text())
-
-
-def _fsync(path: Path) -> None:
+def fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -1,23 +1,29 @@
 """Training objectives: classification, and masked patch prediction (§4.6, B.1.2) for self-supervised pre-training.
 
-The paper pre-trains with sigmoid cross-entropy (B.1, as in BiT's upstream) and fine-tunes with softmax; both
-take the same targets, so MixUp/CutMix soft labels and label smoothing compose with either. Masked patch
+An objective is what the trainer asks of the task it trains (`Objective`): the model it trains around a vitkit
+model, the micro-batch loss, how the test split measures it, what final/ holds, whether a CUDA graph may capture
+its step. The paper pre-trains with sigmoid cross-entropy (B.1, as in BiT's upstream) and fine-tunes with softmax;
+both take the same targets, so MixUp/CutMix soft labels and label smoothing compose with either. Masked patch
 prediction needs no labels: its model, a ViT wrapped with a [mask] embedding and a prediction head, returns the
 loss itself.
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
+from typing import Protocol, cast
 
 import torch
 import torch.nn.functional as F
 
-from vitkit.collectives import all_reduce_sum, world
-from vitkit.data import Source, eval_batches
-from vitkit.models.config import to_pair
+from vitkit.data import Source
+from vitkit.evaluate.evaluators import AccuracyEvaluator, Evaluator, MaskedPatchEvaluator, TestEvaluator
+from vitkit.evaluate.labels import class_mismatch
 from vitkit.models.mpp import MaskedPatchPrediction
+from vitkit.models.registry import Model, Trainable
+from vitkit.models.vit import VisionTransformer
+from vitkit.precision import Precision
+from vitkit.train.recipe import TrainSection
 
 Forward = Callable[..., torch.Tensor]  # what a step calls: the model, its DDP wrapper or its compiled form
 LossFunction = Callable[
@@ -52,36 +58,126 @@ def masked_patch_loss(forward: Forward, images: torch.Tensor, labels: torch.Tens
     return forward(images)
 
 
-@torch.no_grad()
-def masked_patch_test_loss(
-    model: MaskedPatchPrediction,
-    dataset: Source,
-    batch_size: int = 500,
-    autocast_dtype: torch.dtype | None = None,
-) -> float:
-    """Mean MPP loss over a split (batch means weighted by their images), in eval mode and reproducible:
-    batch i is corrupted with a generator seeded with i. Ranks take every world_size-th batch; sums are reduced."""
-    rank, world_size = world()
-    device = model.mask_token.device
-    autocast = (
-        torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
-    )
-    config = model.vit.config
-    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss x images, images
-    was_training = model.training
-    model.eval()
-    try:
-        chunks = torch.arange(len(dataset)).split(batch_size)
-        mine = list(range(rank, len(chunks), world_size))
-        batches = eval_batches(
-            dataset, [chunks[i] for i in mine], to_pair(config.img_size), config.in_chans, device
-        )
-        for i, batch in zip(mine, batches, strict=True):
-            with autocast:
-                loss = model(batch.images, generator=torch.Generator(device).manual_seed(i))
-            sums[0] += loss.double() * len(batch.indices)
-            sums[1] += len(batch.indices)
-    finally:
-        model.train(was_training)
-    all_reduce_sum(sums)
-    return (sums[0] / sums[1]).item()
+class Objective(Protocol):
+    """What the trainer asks of the task it trains."""
+
+    name: str  # train.objective
+    cuda_graph_refusal: str  # why a CUDA graph cannot capture its step; empty where it can
+
+    def num_classes(self, class_names: list[str]) -> int:
+        """The classifier size the model must have for data of `class_names` (0: no classifier)."""
+        ...
+
+    def check_resume(self, saved: list[str] | None, class_names: list[str]) -> None:
+        """Refuse a resume whose data names other classes than the checkpoint's `saved` ones."""
+        ...
+
+    def trained(self, model: Model, class_names: list[str]) -> Trainable:
+        """The module the run trains around `model`."""
+        ...
+
+    def loss(self, forward: Forward, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The mean loss of a micro-batch; `forward` is the trained module, its DDP wrapper or compiled form."""
+        ...
+
+    def evaluators(
+        self, test: Source, validation: Source | None, every: int, batch_size: int, precision: Precision
+    ) -> tuple[TestEvaluator, list[Evaluator]]:
+        """The test split's measurement, and the others (a validation split's)."""
+        ...
+
+    def exported(self, model: Trainable) -> Model:
+        """What final/ holds and few-shot measures."""
+        ...
+
+    def task(self, model: Trainable) -> str:
+        """The task in a few words, for the progress line."""
+        ...
+
+
+class Classification:
+    """Softmax or sigmoid cross-entropy on (smoothed, mixed) labels; accuracy on the test and validation splits."""
+
+    name = "classification"
+    cuda_graph_refusal = ""
+
+    def __init__(self, train: TrainSection) -> None:
+        self.loss_name, self.smoothing = train.loss, train.label_smoothing
+
+    def num_classes(self, class_names: list[str]) -> int:
+        return len(class_names)
+
+    def check_resume(self, saved: list[str] | None, class_names: list[str]) -> None:
+        if saved is not None and saved != class_names:
+            raise ValueError(f"--resume: {class_mismatch(saved, class_names)}")
+
+    def trained(self, model: Model, class_names: list[str]) -> Trainable:
+        model.class_names = class_names  # into every checkpoint and final/
+        return model
+
+    def loss(self, forward: Forward, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return classification_loss(forward(images), labels, self.loss_name, self.smoothing)
+
+    def evaluators(
+        self, test: Source, validation: Source | None, every: int, batch_size: int, precision: Precision
+    ) -> tuple[TestEvaluator, list[Evaluator]]:
+        """During training the validation split is measured when there is one, else the test split."""
+        on_test = AccuracyEvaluator("test", test, every if validation is None else 0, batch_size, precision)
+        if validation is None:
+            return on_test, []
+        return on_test, [AccuracyEvaluator("val", validation, every, batch_size, precision)]
+
+    def exported(self, model: Trainable) -> Model:
+        return model  # type: ignore[return-value]
+
+    def task(self, model: Trainable) -> str:
+        return f"{model.config.num_classes} classes"
+
+
+class MaskedPatches:
+    """Masked patch prediction: a ViT wrapped with a [mask] embedding and a prediction head; its loss on the
+    test split (corrupted reproducibly) in place of accuracy."""
+
+    name = "mpp"
+    cuda_graph_refusal = "train.objective='mpp' draws its corruption with data-dependent shapes"
+
+    def __init__(self, train: TrainSection) -> None:
+        self.target, self.corrupt_rate, self.bits = train.mpp_target, train.mpp_corrupt_rate, train.mpp_bits
+
+    def num_classes(self, class_names: list[str]) -> int:
+        return 0
+
+    def check_resume(self, saved: list[str] | None, class_names: list[str]) -> None:
+        pass  # it learns no classes
+
+    def trained(self, model: Model, class_names: list[str]) -> Trainable:
+        if not isinstance(model, VisionTransformer):
+            raise ValueError(
+                f"train.objective='mpp' needs a Vision Transformer; the model is a {type(model).__name__}"
+            )
+        return MaskedPatchPrediction(model, self.target, self.corrupt_rate, self.bits)
+
+    def loss(self, forward: Forward, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return masked_patch_loss(forward, images, labels)
+
+    def evaluators(
+        self, test: Source, validation: Source | None, every: int, batch_size: int, precision: Precision
+    ) -> tuple[TestEvaluator, list[Evaluator]]:
+        return MaskedPatchEvaluator("test", test, 0, batch_size, precision), []
+
+    def exported(self, model: Trainable) -> Model:
+        return cast(MaskedPatchPrediction, model).vit
+
+    def task(self, model: Trainable) -> str:
+        return f"masked patch prediction of {self.target}"
+
+
+OBJECTIVES: dict[str, Callable[[TrainSection], Objective]] = {
+    "classification": Classification,
+    "mpp": MaskedPatches,
+}
+
+
+def objective_for(train: TrainSection) -> Objective:
+    """train.objective's objective, configured by the recipe's train section."""
+    return OBJECTIVES[train.objective](train)

@@ -1,4 +1,4 @@
-"""What a run leaves behind besides weights: metrics.jsonl, TensorBoard events, PNG curves, report.json."""
+"""What a run leaves behind: metrics.jsonl, TensorBoard events, PNG curves, final/ and report.json."""
 
 from __future__ import annotations
 
@@ -10,10 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
+from vitkit.data import Source
 from vitkit.data.decode import printable
+from vitkit.flops import count_parameters
 from vitkit.shutdown import bounded
-from vitkit.storage import atomic_write, atomic_write_text
+from vitkit.storage import FINAL_DIR, atomic_write, atomic_write_text, save_pretrained
+from vitkit.train.recipe import RunConfig
 
 METRICS_NAME = "metrics.jsonl"
 REPORT_NAME = "report.json"
@@ -183,3 +187,40 @@ def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.P
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
     return path
+
+
+def finish(
+    run_dir: Path,
+    config: RunConfig,
+    model: nn.Module,
+    summary: dict[str, Any],
+    confusion: torch.Tensor | None,
+    train_set: Source,
+    test_set: Source,
+    train_seconds: float,
+) -> dict[str, Any]:
+    """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json; returns the report.
+
+    `summary` holds the final evaluations, steps, world_size and wall_seconds. A classification run reports
+    test_top1/top5/loss and draws the confusion matrix; an MPP run (no classifier) reports mpp_loss_test and has
+    neither test_top1 nor a confusion matrix. Few-shot runs add fewshot_{k}shot (and _std).
+    """
+    save_pretrained(model, run_dir / FINAL_DIR)
+    write_curves(run_dir)
+    if confusion is not None:
+        plot_confusion(confusion, test_set.classes, run_dir / CONFUSION_NAME, test_set.source)
+    t = config.train
+    summary = {
+        **summary,
+        "objective": t.objective,
+        "images_per_second": t.steps * t.batch_size / max(train_seconds, 1e-9),
+        **loss_summary(read_metrics(run_dir)),
+        "epochs": t.steps * t.batch_size / len(train_set),
+        "parameters": count_parameters(model),
+        "ema": bool(t.ema_decay),
+        "train_data": train_set.source,
+        "test_data": test_set.source,
+        "run_dir": str(run_dir),
+    }
+    write_report(run_dir, summary)
+    return summary

@@ -22,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
-from vitkit.storage import FINAL_DIR
-from vitkit.train.checkpoint import CHECKPOINT_DIR
+from vitkit.storage import FINAL_DIR, atomic_write_text
+from vitkit.train.checkpoint import CHECKPOINT_DIR, SavedCheckpoint, latest_checkpoint, read_checkpoint
+from vitkit.train.recipe import RECIPE_NAME, RunConfig
 
 LOCK_NAME = ".lock"
 HOLDER = re.compile(r"process (\d+) on host (\S+)")
@@ -158,3 +159,40 @@ def remove_leftovers(run_dir: str | os.PathLike) -> list[Path]:
         else:
             path.unlink(missing_ok=True)
     return found
+
+
+def open_run_dir(run_dir: Path, lock: RunDirLock, resume: bool) -> SavedCheckpoint | None:
+    """The checkpoint to resume, read (locking the run and removing a killed writer's leftovers first); for a new run,
+    a refusal to overwrite an existing one. Nothing is written for a new run yet."""
+    if resume:
+        lock.acquire()
+        remove_leftovers(run_dir)
+        latest = latest_checkpoint(run_dir)
+        return read_checkpoint(latest) if latest is not None else None
+    _refuse_existing(run_dir)
+    return None
+
+
+def create_run_dir(run_dir: Path, config: RunConfig, lock: RunDirLock) -> None:
+    """Create and lock the directory of a new run and save its recipe."""
+    lock.acquire()
+    _refuse_existing(run_dir)  # again under the lock: another process may have started the same --out
+    atomic_write_text(run_dir / RECIPE_NAME, config.to_toml())
+
+
+def _refuse_existing(run_dir: Path) -> None:
+    """A new run writes only into a missing or empty directory (its lock file aside): never over a run, and
+    never into a directory of the user's, whose files it could overwrite or delete."""
+    if (run_dir / RECIPE_NAME).exists():
+        raise ValueError(
+            f"{run_dir} already holds a run; pass --resume to continue it or choose another --out"
+        )
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--out {run_dir}: is a file, not a directory; choose another --out")
+    found = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_NAME) if run_dir.is_dir() else []
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise ValueError(
+            f"--out {run_dir}: not empty and not a vitkit run (holds {shown}); a new run needs a missing or "
+            f"empty directory, so nothing of yours is overwritten: choose another --out"
+        )

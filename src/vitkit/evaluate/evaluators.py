@@ -1,0 +1,79 @@
+"""Evaluators: configured measurements a training run makes on its model every `every` steps (0: at its end
+only) and at its end, as big_vision's evaluators are. Each is `{name, every, __call__(model) -> metrics}`; the
+split evaluators share one loop (vitkit.evaluate.loop), the few-shot one is vitkit.evaluate.fewshot's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from vitkit.data import Source
+from vitkit.evaluate.accuracy import evaluate
+from vitkit.evaluate.masked_patches import masked_patch_loss
+from vitkit.precision import Precision
+
+
+class Evaluator(Protocol):
+    """A measurement: metric names start with `name` + "_" (test_top1, val_loss, fewshot_5shot, ...)."""
+
+    name: str
+    every: int
+
+    def __call__(self, model: nn.Module) -> dict[str, float]: ...
+
+
+class TestEvaluator(Evaluator, Protocol):
+    """An objective's measurement on the test split; `confusion` is its last call's confusion matrix, which the
+    final report draws (None where the objective classifies nothing)."""
+
+    confusion: torch.Tensor | None
+
+
+@dataclass(eq=False)
+class SplitEvaluator:
+    """A measurement over every image of a split, in batches of `batch_size` under `precision`."""
+
+    name: str
+    dataset: Source
+    every: int
+    batch_size: int
+    precision: Precision
+    confusion: torch.Tensor | None = field(default=None, init=False)
+
+
+class AccuracyEvaluator(SplitEvaluator):
+    """Top-1, top-5 and loss of a classifier on a split (vitkit.evaluate.accuracy)."""
+
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        result = evaluate(model, self.dataset, batch_size=self.batch_size, precision=self.precision)
+        self.confusion = result.confusion
+        return result.as_dict(f"{self.name}_")
+
+
+class MaskedPatchEvaluator(SplitEvaluator):
+    """The masked patch prediction loss on a split (vitkit.evaluate.masked_patches): `mpp_loss_<name>`."""
+
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        loss = masked_patch_loss(model, self.dataset, batch_size=self.batch_size, precision=self.precision)
+        return {f"mpp_loss_{self.name}": loss}
+
+
+class OnPart:
+    """`evaluator` measuring the part of the model `part` picks (few-shot measures the ViT inside an MPP
+    wrapper)."""
+
+    def __init__(self, evaluator: Evaluator, part: Callable[[Any], nn.Module]) -> None:
+        self.evaluator, self.part = evaluator, part
+        self.name, self.every = evaluator.name, evaluator.every
+
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        return self.evaluator(self.part(model))
+
+
+def due(evaluator: Evaluator, done: int, steps: int) -> bool:
+    """Whether `evaluator` measures after step `done` of `steps` during training (the end measures them all)."""
+    return bool(evaluator.every) and done % evaluator.every == 0 and done < steps

@@ -1,0 +1,72 @@
+"""The loop every evaluation over a split shares: this rank's batches, the model in eval mode (each module's mode
+restored after, however the loop ends), the chosen precision, and sums reduced over the ranks."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from typing import cast
+
+import torch
+from torch import nn
+
+from vitkit.collectives import all_reduce_sum, world
+from vitkit.data import Batch, Source, eval_batches
+from vitkit.models import unwrap_model
+from vitkit.models.registry import Trainable
+from vitkit.precision import Precision, choose_precision
+from vitkit.sizes import to_pair
+
+Measure = Callable[[int, Batch], torch.Tensor]  # (batch number, batch) -> its float64 sums
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """`model` in eval mode for the block; afterwards every module back in exactly the mode it had."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
+
+
+def rank_chunks(length: int, batch_size: int) -> list[tuple[int, torch.Tensor]]:
+    """(batch number, indices) of this rank's batches: every world_size-th batch of the split, padded with empty
+    ones so that every rank makes the same number of forward calls (FSDP gathers weights in each)."""
+    rank, world_size = world()
+    chunks = torch.arange(length).split(batch_size)
+    mine = [(i, chunks[i]) for i in range(rank, len(chunks), world_size)]
+    calls = math.ceil(len(chunks) / world_size)
+    return mine + [(-1, torch.arange(0))] * (calls - len(mine))
+
+
+@torch.no_grad()
+def evaluation_sums(
+    model: nn.Module,
+    dataset: Source,
+    measure: Measure,
+    size: int,
+    *,
+    batch_size: int = 500,
+    precision: Precision | None = None,
+) -> torch.Tensor:
+    """The sum over the split of `measure(batch number, batch)` (float64 [size]), over all ranks: the batches in
+    the model's input size and channels with the paper's preprocessing (resize, [-1, 1]), each measured in eval
+    mode under `precision` (default float32). Images a source skips as unreadable are in no batch."""
+    device = next(model.parameters()).device
+    precision = precision or choose_precision("fp32", device)
+    config = cast(Trainable, unwrap_model(model)).config
+    sums = torch.zeros(size, dtype=torch.float64, device=device)
+    numbered = rank_chunks(len(dataset), batch_size)
+    batches = eval_batches(
+        dataset, [c for _, c in numbered], to_pair(config.img_size), config.in_chans, device
+    )
+    with eval_mode(model):
+        for (number, _), batch in zip(numbered, batches, strict=True):
+            with precision.autocast():
+                sums += measure(number, batch)
+    all_reduce_sum(sums)
+    return sums

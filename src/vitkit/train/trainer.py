@@ -1,0 +1,272 @@
+"""The trainer, one for pre-training and fine-tuning (§3.2, Appendix B.1), classification or masked patch
+prediction (§4.6, B.1.2): built in order (the run directory and the checkpoint it continues, the data, the
+model, its precision, optimizer and weight average, the step, the evaluators), then `fit()`, the loop."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import torch
+
+from vitkit import shutdown
+from vitkit.allocator import return_freed_memory
+from vitkit.collectives import all_gather_object, broadcast_object, world
+from vitkit.data import ShardSource, Source
+from vitkit.device import resolve_device
+from vitkit.evaluate.evaluators import Evaluator, OnPart, due
+from vitkit.evaluate.fewshot import FewShotEvaluator
+from vitkit.flops import count_parameters
+from vitkit.models.registry import Trainable
+from vitkit.storage import DiskFull, is_disk_full
+from vitkit.train import report
+from vitkit.train.build import (
+    build_run_model,
+    build_train_step,
+    open_data,
+    optimizer_and_average,
+    run_precision,
+)
+from vitkit.train.checkpoint import CheckpointManager, checkpoint_step, latest_checkpoint
+from vitkit.train.distributed import (
+    full_model,
+    local_device,
+    process_group,
+    resolve_strategy,
+    restarted_by_torchrun,
+    shard_model,
+)
+from vitkit.train.objectives import objective_for
+from vitkit.train.progress import Progress
+from vitkit.train.provenance import record_start, start_record
+from vitkit.train.recipe import RECIPE_NAME, RunConfig
+from vitkit.train.rundir import RunDirLock, create_run_dir, open_run_dir
+from vitkit.train.step import NonFiniteLoss, PendingLosses
+from vitkit.train.timing import StepSplit
+
+
+def train(
+    config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False, command: list[str] | None = None
+) -> dict[str, Any]:
+    """Train `config` into `run_dir` (continuing its latest checkpoint with `resume`); returns report.json.
+
+    `command` is what started the run (the command line), recorded in run.json and report.json
+    (vitkit.train.provenance); by default this process's own.
+
+    Under torchrun every process calls it: they join the process group for the run (vitkit.train.distributed),
+    rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
+    `torchrun --max-restarts` continue from the latest checkpoint.
+    """
+    with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
+        resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
+        lock = RunDirLock(run_dir)  # taken by rank 0 when the run directory opens, released however it ends
+        try:
+            return Trainer(config, Path(run_dir), lock, resume=resume, command=command).fit()
+        except Exception as error:
+            if not is_disk_full(error, run_dir):
+                raise
+            path = error.path if isinstance(error, DiskFull) else getattr(error, "filename", None) or run_dir
+            raise DiskFull(path, f"; {last_good_checkpoint(run_dir)}") from error
+        finally:
+            lock.release()
+
+
+class Trainer:
+    """A run, built from its recipe: every process builds one, rank 0 writes the run directory."""
+
+    def __init__(
+        self, config: RunConfig, run_dir: Path, lock: RunDirLock, *, resume: bool, command: list[str] | None
+    ) -> None:
+        config.validate()
+        self.config, self.run_dir, t = config, run_dir, config.train
+        self.rank, self.world_size = world()
+        self.device = local_device(resolve_device(t.device))
+        if t.threads:
+            torch.set_num_threads(t.threads)
+        # The checkpoint to continue: found and read once, by rank 0, for every rank.
+        self.saved = broadcast_object(open_run_dir(run_dir, lock, resume) if self.rank == 0 else None)
+
+        self.data = open_data(config.data, self.device)
+        self.objective = objective_for(t)
+        torch.manual_seed(t.seed)  # the initialisation of a fresh model
+        model = build_run_model(config, list(self.data.train.classes), self.saved).to(self.device)
+        self.strategy = resolve_strategy(t.strategy, self.world_size)
+        if self.strategy == "fsdp":
+            shard_model(model, self.device)  # in place, before the optimizer sees the parameters
+        self.model = model
+        self.precision = run_precision(config, model, self.data.train, self.device, self.saved)
+        self.optimizer, self.ema = optimizer_and_average(config, model, self.device)
+        self.step = build_train_step(config, self.data.train, model, self.optimizer, self.ema, self.precision,
+                                     self.strategy)  # fmt: skip
+
+        self.checkpoints = CheckpointManager(run_dir, self.strategy, t.keep_checkpoints)
+        self.state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
+        if self.saved is not None:
+            self.checkpoints.restore(self.saved, model, self.optimizer, self.ema)
+            self.state = self.saved.state
+            if self.rank == 0:  # the images every rank skipped before; checkpoints gather them from all ranks
+                self.data.train.skipped += self.state.get("skipped_images", [])
+            check_streams(self.state, data_streams(self.data.train, self.world_size))
+
+        # Evaluation and final/ use the weight average (§4.1): a copy of the model.
+        self.eval_model = model if self.ema is None else cast(Trainable, self.ema.module)
+        self.test_evaluator, self.evaluators = self.objective.evaluators(
+            self.data.test, self.data.validation, t.eval_every, t.eval_batch(), self.precision
+        )
+        if (
+            t.fewshot_every and self.rank == 0
+        ):  # rank 0 measures alone (FSDP, which needs every rank, is refused)
+            # k-shot images from the whole training split (less data.val_split), also with data.train_subset:
+            # it measures the representation, it does not train
+            fewshot = FewShotEvaluator(self.data.labelled, self.data.test, num_test=t.fewshot_num_test,
+                                       precision=self.precision, every=t.fewshot_every)  # fmt: skip
+            self.evaluators.append(OnPart(fewshot, self.objective.exported))
+
+        if self.rank == 0 and not resume:
+            create_run_dir(
+                run_dir, config, lock
+            )  # only now: a recipe, dataset or model that fails leaves nothing
+        self.start = start_record(self.device, command)
+        if self.rank == 0:
+            record_start(run_dir, self.start)
+
+    def fit(self) -> dict[str, Any]:
+        """Train from the step the run is at to train.steps, evaluating and checkpointing on the way; then the
+        final evaluation, final/ and report.json (rank 0; the other ranks return {})."""
+        t, data, start_step = self.config.train, self.data, self.state["step"]
+        resume_step = start_step if self.saved else None
+        metrics = report.MetricsLog(self.run_dir, resume_step=resume_step) if self.rank == 0 else None
+        progress = Progress(t.steps, start_step, t.log_every, enabled=self.rank == 0)
+        progress.write(
+            f"{'resuming at step ' + str(start_step) if self.saved else 'training'}: {self.describe()}; data: "
+            f"{data.train.source} ({len(data.train)} train / {len(data.test)} test, {data.steps_per_epoch(t)} "
+            f"steps per epoch); device {self.device}; precision {self.precision}; run directory {self.run_dir}"
+        )
+        clock = time.perf_counter() - self.state["wall_seconds"]
+        train_seconds = self.state["train_seconds"]
+        window_start, window_images, images_per_second = time.perf_counter(), 0, 0.0
+        losses, split = PendingLosses(self.device), StepSplit(self.device)
+        reported = set(data.train.skipped)
+        self.model.train()
+        try:
+            for step in range(start_step, t.steps):
+                shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
+                done = step + 1
+                log_step = done % t.log_every == 0 or done == t.steps
+                step_start, skips_before = time.perf_counter(), len(data.train.skipped)
+                try:
+                    losses.append(done, *self.step(step, split if log_step else None))
+                    # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
+                    read_now = log_step or done % t.checkpoint_every == 0 or not losses.deferred
+                    logged = losses.read() if read_now else []
+                except NonFiniteLoss as error:
+                    raise NonFiniteLoss(f"{error} ({last_good_checkpoint(self.run_dir)})") from None
+                for line in data.train.skipped[skips_before:]:
+                    if line not in reported:  # each image once; report.json counts how often it was met
+                        reported.add(line)
+                        progress.write(f"step {done}: skipped unreadable image {line}")
+                train_seconds += time.perf_counter() - step_start
+                window_images += t.batch_size
+                if log_step:
+                    images_per_second = window_images / (time.perf_counter() - window_start)
+                    window_start, window_images = time.perf_counter(), 0
+                for logged_step, loss, lr in logged:
+                    if metrics is not None:
+                        metrics.log({"step": logged_step, "train_loss": loss, "lr": lr})
+                    progress.update(logged_step, loss, lr, images_per_second, split.share("data"))
+                evaluations = self.measure([e for e in self.all_evaluators() if due(e, done, t.steps)])
+                if evaluations:
+                    if metrics is not None:
+                        metrics.log(
+                            {"step": done, "wall_seconds": time.perf_counter() - clock, **evaluations}
+                        )
+                    progress.write(f"step {done}: {report.format_metrics(evaluations)}")
+                if done % t.checkpoint_every == 0 or done == t.steps:
+                    if metrics is not None:
+                        metrics.flush()
+                    self.save(done, time.perf_counter() - clock, train_seconds)
+            self.step.batches.close()  # the training workers stop before evaluation starts its own
+            if self.device.type == "cpu" and t.keep_freed_memory:
+                return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
+            evaluations = self.measure(self.all_evaluators())
+            wall = time.perf_counter() - clock
+            final_model = full_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
+            gathered = [all_ranks(split_set.skipped) for split_set in data.splits()]
+            if metrics is None:
+                return {}
+            metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
+        finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.shutdown)
+            shutdown.bounded("the data loader workers", self.step.batches.close)
+            progress.close()
+            if metrics is not None:
+                metrics.close()
+        summary = {
+            **evaluations,
+            "steps": t.steps,
+            "world_size": self.world_size,
+            "wall_seconds": wall,
+            **self.precision.record(),
+            "step_seconds": split.per_step(),
+            "data_wait_share": split.share("data"),
+            "skipped_images": report.count_skipped([line for lines in gathered for line in lines]),
+            "test_images": len(data.test) - len(set(gathered[1])),  # those evaluated: a skipped image is not
+            "start": self.start,
+        }
+        if data.validation is not None:
+            summary |= {"val_data": data.validation.source, "val_images": len(data.validation)}
+        assert final_model is not None  # rank 0, the one that reaches here
+        return report.finish(self.run_dir, self.config, self.objective.exported(final_model), summary,
+                             self.test_evaluator.confusion, data.train, data.test, train_seconds)  # fmt: skip
+
+    def all_evaluators(self) -> list[Evaluator]:
+        return [self.test_evaluator, *self.evaluators]
+
+    def measure(self, evaluators: list[Evaluator]) -> dict[str, float]:
+        """The metrics of `evaluators` on the weight average (or the model)."""
+        return {name: value for e in evaluators for name, value in e(self.eval_model).items()}
+
+    def save(self, step: int, wall_seconds: float, train_seconds: float) -> None:
+        """Checkpoint every piece of run state at `step` (collective)."""
+        state = {
+            "wall_seconds": wall_seconds,
+            "train_seconds": train_seconds,
+            "precision": self.precision.name,
+            "precision_reason": self.precision.reason,
+            "skipped_images": all_ranks(self.data.train.skipped),
+            "data_streams": data_streams(self.data.train, self.world_size),
+        }
+        self.checkpoints.save(step, self.model, self.optimizer, self.ema, state)
+
+    def describe(self) -> str:
+        model, cfg = self.model, self.model.config
+        size = "x".join(str(s) for s in cfg.input_size[1:])
+        name = type(self.objective.exported(model)).__name__
+        task = self.objective.task(model)
+        return f"{name} {count_parameters(model) / 1e6:.2f}M parameters at {size}, {task}"
+
+
+def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
+    last = latest_checkpoint(run_dir)
+    return f"last good checkpoint: step {checkpoint_step(last)}" if last else "no checkpoint written yet"
+
+
+def all_ranks(lines: list[str]) -> list[str]:
+    """Every rank's list (of skipped images), concatenated in rank order: collective, every rank calls it."""
+    return [line for rank_lines in all_gather_object(lines) for line in rank_lines]
+
+
+def data_streams(train_set: Source, world_size: int) -> int | None:
+    """How many streams read a shard source (ranks x workers), which its batches depend on; None otherwise."""
+    return world_size * max(train_set.workers, 1) if isinstance(train_set, ShardSource) else None
+
+
+def check_streams(state: dict[str, Any], streams: int | None) -> None:
+    """A shard-stream run resumes exactly only with the ranks x workers it ran with (vitkit.data.shards)."""
+    saved = state.get("data_streams")
+    if saved != streams and saved is not None:
+        raise ValueError(
+            f"--resume: the run read its shards as {saved} streams (ranks x data.workers) and would now read "
+            f"{streams}; resume with the same processes and data.workers, so the batches continue exactly"
+        )
