@@ -4,9 +4,12 @@ with the BiT ResNet tuned by the same procedure on the same budget.
 Stage 1, the grid (choices on a validation split, never the test set): every run gets the same short wall-clock
 budget (its steps sized from probes of its own speed, so slower augmentation costs steps, as it would cost a user
 time). The ViT of configs/fashion_mnist_vit_budget.toml and the ResNet of configs/fashion_mnist_resnet.toml each
-run augmentation (none, light, medium, heavy) x regularisation (none, light, medium, heavy); then, at each
-family's best cell, its shapes at about equal compute (ViT: width, depth, patch 2/4/7, and the paper's own
-convolutional stem, the R50 hybrid; ResNet: depth and width). The best of each family is written to choices.json.
+run augmentation (none, light, medium, heavy) x regularisation (none, light, medium, heavy). A short budget
+favours weak regularisation, which pays off only over longer training, so the best --refine cells of each grid
+run again at --refine-scale times the budget (successive halving), and the best of those is the family's
+augmentation and regularisation. At it, the family's shapes at about equal compute run at the longer budget too
+(ViT: width, depth, patch 2/4/7, and the paper's own convolutional stem, the R50 hybrid; ResNet: depth and
+width). The best of each family is written to choices.json.
 
 Stage 2 (--final): the two choices at the full budget, three seeds each, trained on the whole training set:
 test top-1 mean and spread, the exact McNemar test of each seed pair, and time to 90% and 92% test top-1.
@@ -110,12 +113,6 @@ class Cell:
         return "_".join("".join(c if c.isalnum() else "-" for c in w) for w in words)
 
     @property
-    def speed_name(self) -> str:
-        """What its speed probes are named: regularisation costs next to nothing, so cells differing only in it
-        share them."""
-        return self.name.replace(f"_{self.regularisation}_", "_")
-
-    @property
     def overrides(self) -> tuple[str, ...]:
         shapes = SHAPES.get(self.family.name, {})
         shape = shapes.get(self.shape, ())
@@ -141,11 +138,12 @@ def shapes(best: Cell) -> list[Cell]:
 
 
 def train_cell(cell: Cell, args: argparse.Namespace, minutes: float, seed: int = 0, name: str = "") -> dict:
-    """Train `cell` for `minutes` of this machine (steps sized from probes of its speed, which cells of other
-    regularisation and its final runs share); returns the report of run directory `name` (default: the cell's)."""
+    """Train `cell` for `minutes` of this machine (steps sized from probes of its speed, which its longer and final
+    runs share: dropout and stochastic depth cost time too); returns the report of run directory `name` (default:
+    the cell's)."""
     timed = argparse.Namespace(**{**vars(args), "budget_minutes": minutes})
     family = cell.recipe_family
-    steps = vit_budget.sized_steps(family, timed, cell.speed_name, cell.overrides)
+    steps = vit_budget.sized_steps(family, timed, cell.name, cell.overrides)
     overrides = [
         *vit_budget.common_args(family, timed, cell.overrides),
         f"train.seed={seed}",
@@ -168,18 +166,27 @@ def gflops(run_dir: Path) -> float:
     return count_flops(model, model.config.input_size, every_token=True) / 1e9
 
 
+def longer(cell: Cell) -> str:
+    """The run directory of `cell` at the refinement budget."""
+    return f"{cell.name}_longer"
+
+
 def run_grid(args: argparse.Namespace) -> Path:
-    reports: dict[Cell, dict] = {}
+    reports: dict[Cell, dict] = {}  # at the short budget
+    refined: dict[Cell, dict] = {}  # at the longer one
     chosen: dict[str, Cell] = {}
+    minutes = args.short_minutes * args.refine_scale
     for family in (VIT, RESNET):
         cells = grid(family)
         for cell in cells:
             reports[cell] = train_cell(cell, args, args.short_minutes)
-        best = best_of(cells, reports)
-        variants = shapes(best)
+        finalists = sorted(cells, key=lambda cell: reports[cell]["val_top1"], reverse=True)[: args.refine]
+        for cell in finalists:
+            refined[cell] = train_cell(cell, args, minutes, name=longer(cell))
+        variants = shapes(best_of(finalists, refined))
         for cell in variants:
-            reports[cell] = reports.get(cell) or train_cell(cell, args, args.short_minutes)
-        chosen[family.name] = best_of(variants, reports)
+            refined[cell] = refined.get(cell) or train_cell(cell, args, minutes, name=longer(cell))
+        chosen[family.name] = best_of(variants, refined)
     choices = {name: {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
                       "overrides": list(cell.overrides)} for name, cell in chosen.items()}  # fmt: skip
     (Path(args.out) / "choices.json").write_text(json.dumps(choices, indent=1) + "\n")
@@ -190,6 +197,7 @@ def run_grid(args: argparse.Namespace) -> Path:
         "augmentation",
         "regularisation",
         "shape",
+        "minutes",
         "GFLOPs",
         "steps",
         "validation top-1",
@@ -207,21 +215,24 @@ def run_grid(args: argparse.Namespace) -> Path:
                yticklabels=list(AUGMENTATION), xlabel="regularisation", ylabel="augmentation",
                title=f"{family.name}: validation top-1 (%)")  # fmt: skip
         figure.colorbar(image, ax=ax, shrink=0.8)
-    for cell, r in reports.items():
-        mark = " (chosen)" if cell in chosen.values() else ""
-        rows.append([cell.family.name + mark, cell.augmentation, cell.regularisation, cell.shape,
-                     f"{gflops(Path(args.out) / cell.name):.3f}", r["steps"], f"{100 * r['val_top1']:.2f}%",
-                     f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
+    for runs, budget in ((reports, args.short_minutes), (refined, minutes)):
+        for cell, r in runs.items():
+            mark = " (chosen)" if runs is refined and cell in chosen.values() else ""
+            name = cell.name if runs is reports else longer(cell)
+            rows.append([cell.family.name + mark, cell.augmentation, cell.regularisation, cell.shape, f"{budget:g}",
+                         f"{gflops(Path(args.out) / name):.3f}", r["steps"], f"{100 * r['val_top1']:.2f}%",
+                         f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
     notes = (
-        f"Every run: {args.short_minutes:g} min of this machine (steps sized from probes of "
-        f"{args.probe_steps} and {2 * args.probe_steps} steps, one pair per augmentation and shape), {args.val_split} training images held out for "
+        f"The grid: {args.short_minutes:g} min of this machine a run; its best {args.refine} cells of each family and "
+        f"the shapes: {minutes:g} min. Every run (steps sized from probes of "
+        f" {args.probe_steps} and {2 * args.probe_steps} steps, one pair per cell), {args.val_split} training images held out for "
         f"validation, {args.processes} process(es). Augmentation: "
         + "; ".join(f"{k}: {' '.join(v)}" for k, v in AUGMENTATION.items())
         + ". Regularisation: "
         + "; ".join(f"{f} {k}: {' '.join(v)}" for f, regs in REGULARISATION.items() for k, v in regs.items())
         + ". The test column is shown, never used to choose."
     )
-    title = f"Augmentation x regularisation x shape at {args.short_minutes:g} minutes a run"
+    title = f"Augmentation x regularisation at {args.short_minutes:g} minutes a run, finalists and shapes at {minutes:g}"
     return write_results(Path(args.out), "small_data_grid", title, (header, rows), figure, notes)
 
 
@@ -282,6 +293,10 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument(
         "--probe-steps", type=int, default=100, help="steps of the shorter speed probe (n, then 2n)"
     )
+    p.add_argument(
+        "--refine", type=int, default=3, help="grid cells of each family run again longer (default 3)"
+    )
+    p.add_argument("--refine-scale", type=float, default=2.0, help="their budget over the grid's (default 2)")
     p.add_argument("--val-split", type=int, default=5000, help="training images held out to choose on")
     p.add_argument("--seeds", type=int, default=len(SEEDS), help="final runs per family (default 3)")
     p.add_argument("--final", action="store_true", help="stage 2: the choices at the full budget")
@@ -289,9 +304,16 @@ def main(argv: list[str] | None = None) -> Path:
     if args.final:
         print(f"stage 2: about {2 * args.seeds * args.budget_minutes:g} minutes of this machine", flush=True)
         return run_final(args)
-    runs = sum(len(grid(f)) + len(SHAPES[f.name]) for f in (VIT, RESNET)) + 1
-    print(f"stage 1: {runs} runs of {args.short_minutes:g} min, about {runs * (args.short_minutes + 0.5):.0f} "
-          "minutes of this machine with their speed probes", flush=True)  # fmt: skip
+    short = sum(len(grid(f)) for f in (VIT, RESNET))
+    longer_runs = 2 * args.refine + sum(len(SHAPES[f.name]) - 1 for f in (VIT, RESNET)) + 1
+    total = (
+        (short + longer_runs) * 0.5
+        + short * args.short_minutes
+        + longer_runs * args.short_minutes * args.refine_scale
+    )
+    print(f"stage 1: {short} runs of {args.short_minutes:g} min and {longer_runs} of "
+          f"{args.short_minutes * args.refine_scale:g}, about {total:.0f} minutes of this machine with their speed "
+          "probes", flush=True)  # fmt: skip
     return run_grid(args)
 
 

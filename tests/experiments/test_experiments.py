@@ -145,7 +145,8 @@ def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_p
 
 @pytest.mark.slow
 def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by_seed(tmp_path, monkeypatch):
-    """A 2 x 2 grid with two shapes per family (the full grid's plumbing is the same), then the final stage."""
+    """A 2 x 2 grid with two shapes per family (the full grid's plumbing is the same), its best 2 cells again at
+    twice the budget, the shapes there, then the final stage."""
     from experiments import small_data_study as study
 
     monkeypatch.setattr(study, "AUGMENTATION", {k: study.AUGMENTATION[k] for k in ("none", "light")})
@@ -156,24 +157,28 @@ def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by
     )
     monkeypatch.setattr(study, "SHAPES", {f: dict(list(s.items())[:2]) for f, s in study.SHAPES.items()})
     common = ["--out", str(tmp_path), "--tiny", "--probe-steps", "2", "--processes", "1"]
-    text = check_outputs(study.main([*common, "--short-minutes", "0.005", "--val-split", "100"]))
+    grid = ["--short-minutes", "0.005", "--val-split", "100", "--refine", "2"]
+    text = check_outputs(study.main([*common, *grid]))
     choices = json.loads((tmp_path / "choices.json").read_text())
+    longer_runs = 0
     for family in (study.VIT, study.RESNET):
         cells = study.grid(family)
-        reports = {c: report(tmp_path / c.name) for c in cells}
-        best = max(cells, key=lambda c: reports[c]["val_top1"])
+        short = {c: report(tmp_path / c.name)["val_top1"] for c in cells}
+        finalists = sorted(cells, key=short.__getitem__, reverse=True)[:2]
+        longer = {c: report(tmp_path / study.longer(c))["val_top1"] for c in finalists}
+        best = max(finalists, key=longer.__getitem__)
         variants = study.shapes(best)
-        chosen = max(variants, key=lambda c: report(tmp_path / c.name)["val_top1"])
+        longer |= {c: report(tmp_path / study.longer(c))["val_top1"] for c in variants}
+        chosen = max(variants, key=longer.__getitem__)
         assert choices[family.name]["shape"] == chosen.shape
         assert (choices[family.name]["augmentation"], choices[family.name]["regularisation"]) == (
             best.augmentation,
             best.regularisation,
         )
+        longer_runs += len(longer)
     rows = table_rows(text)[1:]  # below the header: one per distinct run
     assert sum(row[0].endswith("(chosen)") for row in rows) == 2
-    assert len(rows) == sum(
-        len(study.grid(f)) + len(study.shapes(study.grid(f)[0])) - 1 for f in (study.VIT, study.RESNET)
-    )
+    assert len(rows) == sum(len(study.grid(f)) for f in (study.VIT, study.RESNET)) + longer_runs
     md = study.main([*common, "--budget-minutes", "0.005", "--seeds", "2", "--final"])
     final = check_outputs(md)
     assert final.count("exact McNemar p = ") == 2 and "time to 92%" in final  # one test per seed pair
