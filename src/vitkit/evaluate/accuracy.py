@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -18,13 +18,15 @@ from vitkit.models.config import to_pair
 
 @dataclass
 class Accuracy:
-    """Evaluation result; `confusion[i, j]` counts images of class i predicted as class j."""
+    """Evaluation result; `confusion[i, j]` counts images of class i predicted as class j; `skipped` names the
+    images this rank left out as unreadable (data.on_corrupt='skip'), as its batches named them."""
 
     top1: float
     top5: float
     loss: float
     confusion: torch.Tensor
     count: int
+    skipped: list[str] = field(default_factory=list)
 
     def as_dict(self, prefix: str = "test_") -> dict[str, float]:
         return {f"{prefix}top1": self.top1, f"{prefix}top5": self.top5, f"{prefix}loss": self.loss}
@@ -48,7 +50,7 @@ def evaluate(
     model_classes = config.num_classes
     if model_classes != num_classes:
         raise ValueError(
-            f"the model has {model_classes} classes, the dataset {dataset.source} has {num_classes}"
+            f"the model has {model_classes} classes, the dataset {dataset.description} has {num_classes}"
         )
     rank, world_size = world()
     indices = torch.arange(len(dataset)).tensor_split(world_size)[rank]
@@ -61,6 +63,7 @@ def evaluate(
     k = min(5, num_classes)
     confusion = torch.zeros(num_classes, num_classes, dtype=torch.int64, device=device)
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss sum, top-5 hits
+    skipped: list[str] = []
     was_training = model.training
     model.eval()
     try:
@@ -69,6 +72,7 @@ def evaluate(
         chunks += [indices[:0]] * (math.ceil(math.ceil(len(dataset) / world_size) / batch_size) - len(chunks))
         for batch in eval_batches(dataset, chunks, img_size, in_chans, device):
             x, y = batch.images, batch.labels
+            skipped += batch.skipped
             with autocast:
                 logits = model(x).float()
             sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
@@ -87,4 +91,5 @@ def evaluate(
         loss=sums[0].item() / count,
         confusion=confusion.cpu(),
         count=count,
+        skipped=skipped,
     )

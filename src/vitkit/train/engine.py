@@ -9,7 +9,6 @@ resumed run ends bitwise identical to an uninterrupted one on the same machine a
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import math
 import os
@@ -26,8 +25,7 @@ from vitkit.allocator import keep_freed_memory, return_freed_memory
 from vitkit.collectives import all_gather_object, all_reduce_mean, broadcast_object, world
 from vitkit.data import (
     Batch,
-    ImageDataset,
-    ShardSource,
+    ReadOptions,
     Source,
     TrainBatches,
     TrainTransform,
@@ -144,18 +142,24 @@ def _train(
     checkpoint = broadcast_object(open_run_dir(run_dir, lock, resume) if rank == 0 else None)
 
     data = config.data
-    reading: dict[str, Any] = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
-    labelled = open_source(data.source, "train", data.data_dir, **reading)
-    test_set = open_source(data.source, "test", data.data_dir, **reading)
+    reading = ReadOptions(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    labelled = open_source(data.source, "train", data.data_dir, reading)
+    test_set = open_source(data.source, "test", data.data_dir, reading)
     validation = None  # data.val_split: held out of all below, measured instead of the test set meanwhile
     if data.val_split:
         labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train_set = (
         balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
     )
-    train_set = on_device(train_set, device)
+    train_set = train_set.to_device(device)
     per_epoch = steps_per_epoch(len(train_set), t.batch_size)
-    periodic_set, periodic_prefix = (validation, "val_") if validation is not None else (test_set, "test_")
+    # The images each split skipped as unreadable, as its batches name them (this rank's; all ranks' at the end).
+    train_skipped: list[str] = []
+    test_skipped: list[str] = []
+    val_skipped: list[str] = []
+    periodic_set, periodic_prefix, periodic_skipped = (
+        (validation, "val_", val_skipped) if validation is not None else (test_set, "test_", test_skipped)
+    )
 
     torch.manual_seed(t.seed)  # the initialisation of a fresh model
     model = build_run_model(config, list(train_set.classes), checkpoint).to(device)
@@ -180,8 +184,8 @@ def _train(
     if checkpoint is not None:
         state = dcp.load_checkpoint(checkpoint, model, optimizer, ema)
         if rank == 0:  # the images every rank skipped before; checkpoints gather them from all ranks
-            train_set.skipped += state.get("skipped_images", [])
-        check_streams(state, data_streams(train_set, world_size))
+            train_skipped += state.get("skipped_images", [])
+        check_streams(state, train_set.streams(world_size))
     start_step = state["step"]
     if rank == 0 and not resume:
         # Only now: a recipe, dataset or model that fails leaves nothing.
@@ -196,7 +200,7 @@ def _train(
     progress = Progress(t.steps, start_step, t.log_every, enabled=rank == 0)
     progress.write(
         f"{'resuming at step ' + str(start_step) if checkpoint else 'training'}: {describe(model)}; data: "
-        f"{train_set.source} ({len(train_set)} train / {len(test_set)} test, {per_epoch} steps per epoch); "
+        f"{train_set.description} ({len(train_set)} train / {len(test_set)} test, {per_epoch} steps per epoch); "
         f"device {device}; precision {precision}; run directory {run_dir}"
     )
     clock = time.perf_counter() - state["wall_seconds"]
@@ -205,7 +209,7 @@ def _train(
     images_per_second = 0.0
     losses = PendingLosses(device)
     split = StepSplit(device)
-    reported = set(train_set.skipped)
+    reported = set(train_skipped)
     model.train()
     try:
         for step in range(start_step, t.steps):
@@ -213,16 +217,17 @@ def _train(
             done = step + 1
             log_step = done % t.log_every == 0 or done == t.steps
             step_start = time.perf_counter()
-            skips_before = len(train_set.skipped)
             try:
-                losses.append(done, *train_step(step, split if log_step else None))
+                loss, lr, skipped = train_step(step, split if log_step else None)
+                losses.append(done, loss, lr)
                 # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
                 logged = (
                     losses.read() if log_step or done % t.checkpoint_every == 0 or not losses.deferred else []
                 )
             except NonFiniteLoss as error:
                 raise NonFiniteLoss(f"{error} ({last_good_checkpoint(run_dir)})") from None
-            for line in train_set.skipped[skips_before:]:
+            train_skipped += skipped
+            for line in skipped:
                 if line not in reported:  # each image once; report.json counts how often it was met
                     reported.add(line)
                     progress.write(f"step {done}: skipped unreadable image {line}")
@@ -241,6 +246,7 @@ def _train(
                     eval_model, periodic_set, batch_size=t.eval_batch(), autocast_dtype=autocast_dtype
                 )
                 evaluations.update(result.as_dict(periodic_prefix))
+                periodic_skipped += result.skipped
             if fewshot is not None and done % t.fewshot_every == 0 and done < t.steps:
                 evaluations.update(fewshot(bare_model(eval_model)))
             if evaluations:
@@ -255,25 +261,26 @@ def _train(
                     "train_seconds": train_seconds,
                     "precision": precision.name,
                     "precision_reason": precision.reason,
-                    "skipped_images": all_ranks(train_set.skipped),
-                    "data_streams": data_streams(train_set, world_size),
+                    "skipped_images": all_ranks(train_skipped),
+                    "data_streams": train_set.streams(world_size),
                 }
                 dcp.save_checkpoint(run_dir, done, model, optimizer, ema, state, t.keep_checkpoints, strategy)
         train_step.batches.close()  # the training workers stop before evaluation starts its own
         if device.type == "cpu" and t.keep_freed_memory:
             return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
-        evaluations, confusion = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        evaluations, confusion, skipped = final_evaluation(eval_model, test_set, t, autocast_dtype)
+        test_skipped += skipped
         if validation is not None and t.objective == "classification":
             measured = evaluate(
                 eval_model, validation, batch_size=t.eval_batch(), autocast_dtype=autocast_dtype
             )
             evaluations.update(measured.as_dict("val_"))
+            val_skipped += measured.skipped
         if fewshot is not None:
             evaluations.update(fewshot(bare_model(eval_model)))
         wall = time.perf_counter() - clock
         final_model = full_model(eval_model, strategy)  # FSDP: gathered on rank 0 (every rank takes part)
-        read = [train_set, test_set] + ([validation] if validation is not None else [])
-        gathered = [all_ranks(source.skipped) for source in read]
+        gathered = [all_ranks(lines) for lines in (train_skipped, test_skipped, val_skipped)]
         if metrics is None:
             return {}
         metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
@@ -295,7 +302,7 @@ def _train(
         "start": start,
     }
     if validation is not None:
-        summary |= {"val_data": validation.source, "val_images": len(validation)}
+        summary |= {"val_data": validation.description, "val_images": len(validation)}
     assert final_model is not None  # rank 0, the one that reaches here
     return finish(
         run_dir, config, bare_model(final_model), summary, confusion, train_set, test_set, train_seconds
@@ -333,8 +340,9 @@ class TrainStep:
         self.loss_function = objective_loss(t)
         self.graphed = GraphedUpdate(self.update, model, optimizer) if graphed else None
 
-    def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float]:
-        """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate).
+    def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float, list[str]]:
+        """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate;
+        the images this rank's batch skipped as unreadable).
 
         On CPU the loss is checked before the update (reading it costs nothing there); on CUDA, where reading it
         would stall the GPU every step, the engine checks it when it reads it (PendingLosses). `split` times the
@@ -358,7 +366,7 @@ class TrainStep:
             split.lap("optimizer")
         if self.ema is not None:
             self.ema.update_parameters(self.model)
-        return loss, lr
+        return loss, lr, batch.skipped
 
     def update(
         self, x: torch.Tensor, y: torch.Tensor, split: StepSplit | None = None, step: int = -1
@@ -492,17 +500,6 @@ def run_precision(
     return Precision(name, reason, device)
 
 
-def on_device(dataset: Source, device: torch.device) -> Source:
-    """An in-memory split moved to a CUDA device when it takes at most a quarter of the free memory there, so
-    its batches are sliced there and never cross the bus; unchanged on CPU and for sources read per sample."""
-    if device.type != "cuda" or not isinstance(dataset, ImageDataset):
-        return dataset
-    size = dataset.images.nbytes + dataset.labels.nbytes
-    if size > torch.cuda.mem_get_info(device)[0] // 4:
-        return dataset
-    return dataclasses.replace(dataset, images=dataset.images.to(device), labels=dataset.labels.to(device))
-
-
 def build_train_step(
     config: RunConfig,
     train_set: Source,
@@ -564,15 +561,14 @@ def train_transform(config: RunConfig, model: Trainable, num_classes: int) -> Tr
 
 def final_evaluation(
     model: Trainable, test_set: Source, train: TrainSection, autocast_dtype: torch.dtype | None
-) -> tuple[dict[str, float], torch.Tensor | None]:
+) -> tuple[dict[str, float], torch.Tensor | None, list[str]]:
     """Test metrics and confusion matrix of a classifier; for MPP, which trains none, the objective itself on the
-    test set (corrupted reproducibly) and no confusion matrix."""
+    test set (corrupted reproducibly) and no confusion matrix; and the test images this rank skipped."""
     if isinstance(model, MaskedPatchPrediction):
-        return {
-            "mpp_loss_test": masked_patch_test_loss(model, test_set, train.eval_batch(), autocast_dtype)
-        }, None
+        loss, skipped = masked_patch_test_loss(model, test_set, train.eval_batch(), autocast_dtype)
+        return {"mpp_loss_test": loss}, None, skipped
     result = evaluate(model, test_set, batch_size=train.eval_batch(), autocast_dtype=autocast_dtype)
-    return result.as_dict(), result.confusion
+    return result.as_dict(), result.confusion, result.skipped
 
 
 def objective_loss(train: TrainSection) -> LossFunction:
@@ -647,7 +643,9 @@ def finish(
     save_pretrained(model, run_dir / FINAL_DIR)
     report.write_curves(run_dir)
     if confusion is not None:
-        report.plot_confusion(confusion, test_set.classes, run_dir / report.CONFUSION_NAME, test_set.source)
+        report.plot_confusion(
+            confusion, test_set.classes, run_dir / report.CONFUSION_NAME, test_set.description
+        )
     t = config.train
     summary = {
         **summary,
@@ -657,8 +655,8 @@ def finish(
         "epochs": t.steps * t.batch_size / len(train_set),
         "parameters": count_parameters(model),
         "ema": bool(t.ema_decay),
-        "train_data": train_set.source,
-        "test_data": test_set.source,
+        "train_data": train_set.description,
+        "test_data": test_set.description,
         "run_dir": str(run_dir),
     }
     report.write_report(run_dir, summary)
@@ -742,11 +740,6 @@ def build_run_model(config: RunConfig, class_names: list[str], checkpoint: Path 
 def all_ranks(lines: list[str]) -> list[str]:
     """Every rank's list (of skipped images), concatenated in rank order: collective, every rank calls it."""
     return [line for rank_lines in all_gather_object(lines) for line in rank_lines]
-
-
-def data_streams(train_set: Source, world_size: int) -> int | None:
-    """How many streams read a shard source (ranks x workers), which its batches depend on; None otherwise."""
-    return world_size * max(train_set.workers, 1) if isinstance(train_set, ShardSource) else None
 
 
 def check_streams(state: dict[str, Any], streams: int | None) -> None:

@@ -58,9 +58,10 @@ def masked_patch_test_loss(
     dataset: Source,
     batch_size: int = 500,
     autocast_dtype: torch.dtype | None = None,
-) -> float:
-    """Mean MPP loss over a split (batch means weighted by their images), in eval mode and reproducible:
-    batch i is corrupted with a generator seeded with i. Ranks take every world_size-th batch; sums are reduced."""
+) -> tuple[float, list[str]]:
+    """(mean MPP loss over a split, the images this rank skipped as unreadable): batch means weighted by their
+    images, in eval mode and reproducible: batch i is corrupted with a generator seeded with i. Ranks take every
+    world_size-th batch; sums are reduced."""
     rank, world_size = world()
     device = model.mask_token.device
     autocast = (
@@ -68,6 +69,7 @@ def masked_patch_test_loss(
     )
     config = model.vit.config
     sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss x images, images
+    skipped: list[str] = []
     was_training = model.training
     model.eval()
     try:
@@ -81,7 +83,8 @@ def masked_patch_test_loss(
                 loss = model(batch.images, generator=torch.Generator(device).manual_seed(i))
             sums[0] += loss.double() * len(batch.indices)
             sums[1] += len(batch.indices)
+            skipped += batch.skipped
     finally:
         model.train(was_training)
     all_reduce_sum(sums)
-    return (sums[0] / sums[1]).item()
+    return (sums[0] / sums[1]).item(), skipped
