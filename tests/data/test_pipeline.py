@@ -97,7 +97,7 @@ def test_a_whole_augmented_epoch_gives_each_step_its_batch(folder, crop):
         per_step, whole = (
             TrainBatches(memory, transform, 12, 3, 12, CPU, rank, world_size) for _ in range(2)
         )
-        whole.reader.whole_epochs = True
+        whole.step_reader.whole_epochs = True
         for step in range(12):  # 5 steps an epoch: into the third epoch
             a, b = per_step(step), whole(step)
             assert a.step == b.step == step and torch.equal(a.indices, b.indices)

@@ -52,17 +52,17 @@ class TrainBatches:
         world_size: int = 1,
     ) -> None:
         self.source, self.device, self.rank = source, device, rank
-        self.reader = source.train_steps(
+        self.step_reader = source.train_steps(
             StepPlan(transform, batch_size, seed, steps, device, rank, world_size)
         )
-        self.per_epoch = self.reader.per_epoch
+        self.per_epoch = self.step_reader.per_epoch
 
     def epoch(self, step: int) -> int:
         return step // self.per_epoch
 
     def __call__(self, step: int) -> Batch:
         """The batch of `step` (labels on the device too)."""
-        batch = self.reader(step)
+        batch = self.step_reader(step)
         check_read(self.source.options, batch)
         if batch.step != step:
             raise RuntimeError(f"the data stream gave step {batch.step + 1} for step {step + 1}")
@@ -76,7 +76,7 @@ class TrainBatches:
 
     def close(self) -> None:
         """Stop the source's worker processes now and free what it holds for the steps to come."""
-        self.reader.close()
+        self.step_reader.close()
 
 
 def eval_batches(
