@@ -48,7 +48,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     dataset = load_dataset("fashion_mnist", "train", args.data_dir)
     load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
-    print(f"data: {dataset.source}")
+    print(f"data: {dataset.description}")
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cores, load {load}"
     )

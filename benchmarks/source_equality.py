@@ -32,7 +32,7 @@ from PIL import Image
 from safetensors.torch import load_file
 from tqdm import tqdm
 
-from vitkit.data.sources import FASHION_FILES, load_fashion_mnist, write_idx
+from vitkit.data.builtin import FASHION_FILES, load_fashion_mnist, write_idx
 
 
 def folder_name(label: int, name: str) -> str:
@@ -56,7 +56,7 @@ def prepare(out: Path, data_dir: str | None) -> None:
             pixels = images[position, 0].numpy()
             Image.fromarray(pixels, "L").save(folders[int(labels[position])] / f"{position:05d}.png")
         print(
-            f"{split}: {len(labels)} images from {dataset.source}, sorted by class, in {out}/memory and {out}/folder"
+            f"{split}: {len(labels)} images from {dataset.description}, sorted by class, in {out}/memory and {out}/folder"
         )
 
 

@@ -9,8 +9,8 @@ import torch
 from PIL import Image
 
 from vitkit.data import FolderSource, ImageDataset, LazySource, TrainBatches
+from vitkit.data.builtin import make_synthetic
 from vitkit.data.pack import pack
-from vitkit.data.sources import make_synthetic
 
 SIZES = {"train": 60, "test": 20}
 
@@ -30,7 +30,9 @@ def in_memory(source: LazySource, channels: int) -> ImageDataset:
     """The same images (decoded to `channels`, as the pipeline decodes for a model with that many), labels and
     order held in memory: what a lazy source must reproduce exactly."""
     images = torch.stack([source.read(i, channels) for i in range(len(source))])
-    return ImageDataset(images, source.labels.clone(), list(source.classes), f"in memory: {source.source}")
+    return ImageDataset(
+        images, source.labels.clone(), list(source.classes), f"in memory: {source.description}"
+    )
 
 
 def write_packed(folder: Path, out: Path, fmt: str, shard_images: int = 1000) -> Path:

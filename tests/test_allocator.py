@@ -63,11 +63,12 @@ def test_the_engines_training_step_keeps_freed_memory_unless_the_recipe_says_not
 
 
 WORKER = """
-import re, sys, types, torch
+import re, sys, torch
 from pathlib import Path
 from torch.utils.data import Dataset
 from vitkit.allocator import keep_freed_memory
-from vitkit.data.pipeline import loader
+from vitkit.data.source import ReadOptions
+from vitkit.data.workers import loader
 def rss_mib():
     return int(re.search(r"VmRSS:\\s+(\\d+)", Path("/proc/self/status").read_text()).group(1)) // 1024
 class WorkerRss(Dataset):
@@ -78,8 +79,7 @@ class WorkerRss(Dataset):
 assert keep_freed_memory()
 blocks = [torch.ones(1 << 20) for _ in range(int(sys.argv[1]))]  # 4 MiB each, kept on the heap once freed
 del blocks
-source = types.SimpleNamespace(workers=1, prefetch=1)
-print(next(iter(loader(source, WorkerRss(), pin_memory=False))))
+print(next(iter(loader(WorkerRss(), ReadOptions(workers=1, prefetch=1), pin_memory=False))))
 """
 
 

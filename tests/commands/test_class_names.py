@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from vitkit import cli
-from vitkit.data.sources import SYNTHETIC_CLASSES
+from vitkit.data.builtin import SYNTHETIC_CLASSES
 from vitkit.train.overrides import load_config
 from vitkit.train.recipe import RECIPE_NAME
 

@@ -9,7 +9,7 @@ import pytest
 
 from photo_run import VAL_SPLIT
 from vitkit import cli
-from vitkit.data.sources import SYNTHETIC_CLASSES
+from vitkit.data.builtin import SYNTHETIC_CLASSES
 
 CLASSES = sorted(SYNTHETIC_CLASSES)  # the folders' names, in ImageFolder's sorted order
 

@@ -14,6 +14,7 @@ from image_collections import write_folder
 from vitkit.data import (
     FolderSource,
     ImageDecodeError,
+    ReadOptions,
     TrainBatches,
     TrainTransform,
     eval_batches,
@@ -76,12 +77,14 @@ def test_index_order_labels_and_decoding_rules(tmp_path):
 def test_val_split_of_mixed_sizes_is_resized_and_centre_cropped(tmp_path):
     make_folder(tmp_path)
     source = FolderSource(tmp_path, "test")
-    assert "val" in source.source and source.labels.tolist() == [1, 1] and source.classes == ["cat", "dog"]
+    assert (
+        "val" in source.description and source.labels.tolist() == [1, 1] and source.classes == ["cat", "dog"]
+    )
     (batch,) = eval_batches(source, [torch.arange(2)], (16, 16), 3, torch.device("cpu"))
     assert batch.images.shape == (2, 3, 16, 16)
     assert torch.allclose(batch.images[:, 0], torch.tensor(200 / 127.5 - 1))
     (tmp_path / "val").rename(tmp_path / "validation")  # every source's names for the evaluation split
-    assert "validation" in FolderSource(tmp_path, "test").source
+    assert "validation" in FolderSource(tmp_path, "test").description
 
 
 def test_few_shot_images_of_mixed_sizes_are_brought_to_one_square(tmp_path):
@@ -97,10 +100,10 @@ def test_unreadable_images_stop_the_run_or_are_skipped_and_listed(tmp_path):
     stop = TrainBatches(FolderSource(tmp_path, "train"), transform, 8, 0, 1, torch.device("cpu"))
     with pytest.raises(ValueError, match="(corrupt|truncated).png: .*; set data.on_corrupt='skip'"):
         stop(0)
-    source = FolderSource(tmp_path, "train", workers=1, on_corrupt="skip")
+    source = FolderSource(tmp_path, "train", ReadOptions(workers=1, on_corrupt="skip"))
     batch = TrainBatches(source, transform, 8, 0, 1, torch.device("cpu"))(0)
     assert len(batch.indices) == 6 and batch.images.shape == (6, 3, 8, 8)
-    assert sorted(line.split(":")[0] for line in source.skipped) == sorted([str(paths["corrupt"]),
+    assert sorted(line.split(":")[0] for line in batch.skipped) == sorted([str(paths["corrupt"]),
                                                                            str(paths["truncated"])])  # fmt: skip
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from image_collections import in_memory, write_folder, write_packed
-from vitkit.data import HFSource, TrainBatches, TrainTransform, open_source
+from vitkit.data import HFSource, ReadOptions, TrainBatches, TrainTransform, open_source
 
 datasets = pytest.importorskip("datasets")
 CPU = torch.device("cpu")
@@ -20,7 +20,7 @@ def packed(tmp_path_factory):
 
 
 def test_rows_classes_and_order_are_the_folders(packed):
-    source = open_source(f"hf:{packed}", "train", workers=2)
+    source = open_source(f"hf:{packed}", "train", options=ReadOptions(workers=2))
     folder = open_source(str(packed.parent / "folder"), "train")
     assert isinstance(source, HFSource) and source.classes == folder.classes and len(source) == 60
     assert torch.equal(source.labels, folder.labels)
@@ -29,7 +29,7 @@ def test_rows_classes_and_order_are_the_folders(packed):
 
 
 def test_batches_equal_the_same_images_in_memory(packed):
-    source = HFSource(packed, "train", workers=1)
+    source = HFSource(packed, "train", ReadOptions(workers=1))
     memory = in_memory(source, channels=3)
     transform = TrainTransform(24, crop="inception", seed=1, in_chans=3)
     lazy_stream, memory_stream = (TrainBatches(s, transform, 12, 1, 6, CPU) for s in (source, memory))

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from image_collections import in_memory, take_steps, write_folder
-from vitkit.data import FolderSource, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
+from vitkit.data import FolderSource, ReadOptions, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
 from vitkit.evaluate.fewshot import FewShotEvaluator
 from vitkit.models import create_model
 
@@ -26,7 +26,7 @@ def batches(source, *, crop="inception", size=28, **steps):
 @pytest.mark.parametrize("workers", [0, 1, 2])
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_ranks_and_workers_cover_every_index_once_per_epoch(folder, world_size, workers):
-    source = FolderSource(folder, "train", workers=workers)
+    source = FolderSource(folder, "train", ReadOptions(workers=workers))
     per_epoch = steps_per_epoch(len(source), 12)  # 60 images: 5 steps
     seen = {epoch: [] for epoch in range(2)}
     for rank in range(world_size):
@@ -46,14 +46,18 @@ def test_ranks_and_workers_cover_every_index_once_per_epoch(folder, world_size, 
 def test_batches_do_not_depend_on_workers_or_the_resume_step(folder):
     reference = batches(FolderSource(folder, "train"), stop=7)
     for workers, start in ((2, 0), (1, 4), (2, 3)):
-        resumed = batches(FolderSource(folder, "train", workers=workers, prefetch=1), start=start, stop=7)
+        resumed = batches(
+            FolderSource(folder, "train", ReadOptions(workers=workers, prefetch=1)), start=start, stop=7
+        )
         for a, b in zip(reference[start:], resumed, strict=True):
             assert a.step == b.step and torch.equal(a.indices, b.indices) and torch.equal(a.images, b.images)
 
 
 @pytest.mark.parametrize("crop", ["inception", "resize_crop", "pad_crop", "none"])
 def test_folder_batches_equal_the_same_images_in_memory(folder, crop):
-    lazy = FolderSource(folder, "train", workers=int(crop == "inception"))  # workers change nothing (above)
+    lazy = FolderSource(
+        folder, "train", ReadOptions(workers=int(crop == "inception"))
+    )  # workers change nothing (above)
     memory = in_memory(lazy, channels=1)  # the model of `batches` has one channel
     for a, b in zip(
         batches(lazy, crop=crop, stop=6, size=40), batches(memory, crop=crop, stop=6, size=40), strict=True
@@ -63,7 +67,7 @@ def test_folder_batches_equal_the_same_images_in_memory(folder, crop):
 
 
 def test_eval_batches_equal_the_same_images_in_memory(folder):
-    lazy = FolderSource(folder, "test", workers=2)
+    lazy = FolderSource(folder, "test", ReadOptions(workers=2))
     chunks = list(torch.arange(len(lazy)).split(7)) + [torch.arange(0)]
     memory = list(eval_batches(in_memory(lazy, channels=3), chunks, (24, 24), 3, CPU))
     for a, b in zip(eval_batches(lazy, chunks, (24, 24), 3, CPU), memory, strict=True):
@@ -93,7 +97,7 @@ def test_a_whole_augmented_epoch_gives_each_step_its_batch(folder, crop):
         per_step, whole = (
             TrainBatches(memory, transform, 12, 3, 12, CPU, rank, world_size) for _ in range(2)
         )
-        whole.whole_epochs = True
+        whole.step_reader.whole_epochs = True
         for step in range(12):  # 5 steps an epoch: into the third epoch
             a, b = per_step(step), whole(step)
             assert a.step == b.step == step and torch.equal(a.indices, b.indices)

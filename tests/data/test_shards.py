@@ -15,6 +15,7 @@ import torch
 from image_collections import in_memory, take_steps, write_folder, write_packed
 from vitkit.data import (
     FolderSource,
+    ReadOptions,
     ShardSource,
     TrainBatches,
     TrainTransform,
@@ -42,7 +43,7 @@ def stream(source, steps, **options):
 @pytest.mark.parametrize("workers", [0, 1, 2])
 @pytest.mark.parametrize("world_size", [1, 2, 3])
 def test_no_sample_twice_in_an_epoch_over_ranks_and_workers(shards, world_size, workers):
-    source = ShardSource(shards, "train", workers=workers)
+    source = ShardSource(shards, "train", ReadOptions(workers=workers))
     per_epoch = TrainBatches(source, TRANSFORM, 12, 2, 1, CPU, 0, world_size).per_epoch
     seen: dict[int, list[int]] = {0: [], 1: []}
     for rank in range(world_size):
@@ -55,7 +56,7 @@ def test_no_sample_twice_in_an_epoch_over_ranks_and_workers(shards, world_size, 
 
 
 def test_resume_with_the_same_ranks_and_workers_is_exact(shards):
-    source = ShardSource(shards, "train", workers=2)
+    source = ShardSource(shards, "train", ReadOptions(workers=2))
     reference = stream(source, 9)  # two epochs and more (4 steps each)
     start = 5  # epoch 1, its second step: the first worker of the resumed loader serves the second stream
     for a, b in zip(reference[start:], stream(source, 9, start=start), strict=True):
@@ -64,7 +65,7 @@ def test_resume_with_the_same_ranks_and_workers_is_exact(shards):
 
 def test_each_sample_is_augmented_as_in_memory(shards):
     memory = in_memory(FolderSource(shards.parent / "folder", "train"), channels=3)
-    source = ShardSource(shards, "train", workers=1)
+    source = ShardSource(shards, "train", ReadOptions(workers=1))
     per_epoch = TrainBatches(source, TRANSFORM, 12, 2, 1, CPU).per_epoch
     for batch in stream(source, per_epoch + 2):
         epoch = batch.step // per_epoch
@@ -75,7 +76,7 @@ def test_each_sample_is_augmented_as_in_memory(shards):
 
 
 def test_evaluation_reads_every_test_image_once_in_order(shards):
-    source = open_source(f"wds:{shards}", "test", workers=2)
+    source = open_source(f"wds:{shards}", "test", options=ReadOptions(workers=2))
     chunks = list(torch.arange(len(source)).split(7)) + [torch.arange(0)]
     batches = list(eval_batches(source, chunks, (24, 24), 3, CPU))
     assert torch.cat([b.indices for b in batches]).tolist() == list(range(20))
@@ -107,7 +108,7 @@ def test_missing_index_or_shards_and_too_few_shards_are_one_line(shards, tmp_pat
     info = json.loads((shards / "dataset.json").read_text())
     assert len(info["splits"]["train"]["shards"]) == 12
     with pytest.raises(ValueError, match="12 shard.* cannot feed 14 streams"):
-        stream(ShardSource(shards, "train", workers=7), 1, world_size=2)
+        stream(ShardSource(shards, "train", ReadOptions(workers=7)), 1, world_size=2)
 
 
 def test_shards_are_written_in_a_seeded_shuffle_of_the_source(tmp_path):
@@ -137,7 +138,7 @@ def test_a_label_that_is_not_a_number_is_that_samples_error_or_skip(shards, tmp_
     sample = bad.name.removesuffix(".cls")
     with pytest.raises(ValueError, match=rf"{sample}: label None missing or out of range"):
         stream(ShardSource(broken, "train"), 5)
-    skipping = ShardSource(broken, "train", on_corrupt="skip")
+    skipping = ShardSource(broken, "train", ReadOptions(on_corrupt="skip"))
     batches = stream(skipping, 5)
     assert sum(len(b.indices) for b in batches) == 5 * 12 - 1  # only that sample left out
 
@@ -150,10 +151,9 @@ def test_a_label_that_is_not_a_number_is_that_samples_error_or_skip(shards, tmp_
         ({"on_corrupt": "ignore"}, "on_corrupt must be one of"),
     ],
 )
-def test_reading_options_out_of_range_are_one_line_for_shards_and_folders(shards, options, message):
-    for reader, path in ((ShardSource, shards), (FolderSource, shards.parent / "folder")):
-        with pytest.raises(ValueError, match=message):
-            reader(path, "train", **options)
+def test_reading_options_out_of_range_are_one_line(options, message):
+    with pytest.raises(ValueError, match=message):
+        ReadOptions(**options)  # what every source read per sample or streamed is given
 
 
 def test_subsets_and_validation_splits_of_a_stream_are_one_line(shards):

@@ -140,7 +140,9 @@ def tiny_vit(num_classes: int = 4) -> torch.nn.Module:
 
 
 class Split:
-    """ImageDataset-shaped: images uint8 [N, C, H, W], labels int64 [N], classes."""
+    """ImageDataset-shaped: images uint8 [N, C, H, W], labels int64 [N], classes, read by index."""
+
+    indexable = True
 
     def __init__(self, n: int, num_classes: int = 4, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
@@ -148,7 +150,10 @@ class Split:
         base = (self.labels * 60).view(-1, 1, 1, 1).expand(n, 1, 16, 16)
         self.images = (base + torch.randint(0, 40, (n, 1, 16, 16), generator=g)).to(torch.uint8)
         self.classes = [str(c) for c in range(num_classes)]
-        self.source = "synthetic test split"
+        self.description = "synthetic test split"
+
+    def read(self, index: int, channels: int = 3) -> torch.Tensor:
+        return self.images[index]
 
 
 def test_extract_features_is_batched_no_grad_and_restores_mode():

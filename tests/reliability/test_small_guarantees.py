@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from tiny_run import TINY
 from vitkit import cli
-from vitkit.data.pipeline import next_batch
+from vitkit.data.workers import next_batch
 from vitkit.storage import save_state_dict
 from vitkit.train.report import plot_confusion
 

@@ -24,7 +24,15 @@ sys.addaudithook(_record_opens)  # audit hooks cannot be removed: this one recor
 def test_a_resume_reads_every_file_of_its_checkpoint_once(tmp_path, tiny, monkeypatch):
     global _opened
     run = tmp_path / "run"
-    args = ["--steps", "6", "--checkpoint-every", "4", *tiny, "train.ema_decay=0.9", "train.keep_checkpoints=2"]
+    args = [
+        "--steps",
+        "6",
+        "--checkpoint-every",
+        "4",
+        *tiny,
+        "train.ema_decay=0.9",
+        "train.keep_checkpoints=2",
+    ]
     assert cli.main(["train", "--out", str(run), *args]) == 0
     for stopped_after_step_4 in ("checkpoints/step_00000006", "final"):
         shutil.rmtree(run / stopped_after_step_4)

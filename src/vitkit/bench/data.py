@@ -32,7 +32,7 @@ from torchvision import datasets, transforms
 from vitkit.bench.candidates import bench_model
 from vitkit.bench.options import comma_ints, comma_names
 from vitkit.bench.timing import Result, paired_ratio, ratio_range
-from vitkit.data import FolderSource, TrainBatches, TrainTransform
+from vitkit.data import FolderSource, ReadOptions, TrainBatches, TrainTransform
 
 NAME = "data"
 HELP = "images/s of the input pipeline at 224 (0/1/2 workers) vs torchvision's, and vs training ViT-S/B"
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dic
 
 def vitkit_loader(root: Path, img_size: int, batch_size: int, workers: int, seed: int = 0) -> LoaderFactory:
     """The engine's own batches (vitkit.data.TrainBatches) of a folder source with the paper's pre-training crop."""
-    source = FolderSource(root, "train", workers=workers)
+    source = FolderSource(root, "train", ReadOptions(workers=workers))
     transform = TrainTransform(img_size, crop="inception", flip=True, seed=seed)
     steps = 10**6  # the stream's length; a round reads a few dozen
 

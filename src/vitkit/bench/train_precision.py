@@ -21,7 +21,7 @@ from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ra
 from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
 from vitkit.precision import Precision
-from vitkit.train.build import build_train_step, on_device, optimizer_and_average, run_precision
+from vitkit.train.build import build_train_step, optimizer_and_average, run_precision
 
 NAME = "precision"
 HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"
@@ -72,7 +72,7 @@ def training_precision(
     workload = Workload.load(batch_size, recipe, model=model_name)
     config, target = workload.config, torch.device(device)
     config.train.device = device
-    dataset = on_device(workload.dataset, target)
+    dataset = workload.dataset.to_device(target)
     model = workload.model.to(target)
     b = config.train.batch_size
     flops = 3.0 * count_flops(model, model.config.input_size, batch_size=b)  # fwd + bwd

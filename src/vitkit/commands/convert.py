@@ -120,6 +120,6 @@ def export_for_serving(model: Model, args: argparse.Namespace) -> None:
         file_top1 = onnx_top1(args.dst, dataset)
         kind = "int8" if args.int8 else "fp32"
         print(
-            f"top-1 on {dataset.source} (test, {len(dataset)} images): PyTorch fp32 {100 * torch_top1:.2f}%, "
+            f"top-1 on {dataset.description} (test, {len(dataset)} images): PyTorch fp32 {100 * torch_top1:.2f}%, "
             f"ONNX Runtime {kind} {100 * file_top1:.2f}% ({100 * (file_top1 - torch_top1):+.2f} points)"
         )

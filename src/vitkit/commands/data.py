@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     unreadable = 0
     for split, source in sources.items():
         summary = summarise(source, split, args.check)
-        print(f"{split}: {summary.source}")
+        print(f"{split}: {summary.description}")
         print(f"  reader: {summary.reader}")
         print(f"  images: {summary.images}, classes: {len(summary.per_class)}")
         counts = sorted(summary.per_class.values())

@@ -98,17 +98,17 @@ def run(args: argparse.Namespace) -> int:
         "weights": str(args.weights),
         "data": data,
         "classes": list(train.classes),
-        "train_source": train.source,
-        "test_source": test.source,
+        "train_source": train.description,
+        "test_source": test.description,
         **report,
         "total_seconds": total,
     }
 
     report.update(precision.record())
-    print(f"train: {train.source}")
+    print(f"train: {train.description}")
     print(f"classes ({len(train.classes)}): {', '.join(train.classes)}")
     print(f"device {precision.device}, precision {precision}")
-    print(f"test:  {test.source} ({report['num_test']} images used)")
+    print(f"test:  {test.description} ({report['num_test']} images used)")
     print(
         f"features: dim {report['feature_dim']}, {report['num_train_images']} train + "
         f"{report['num_test']} test images in {report['extract_seconds']:.2f}s; "

@@ -1,15 +1,17 @@
-"""Data for training and evaluation: sources (in memory or read per sample), step-keyed batch order, transforms,
-and the pipeline that turns them into batches."""
+"""Data for training and evaluation: sources (the Source protocol; in memory, read per sample or streamed),
+step-keyed batch order, transforms, and the pipeline that turns them into batches."""
 
 from .batch import Batch
+from .batch_order import global_batch_indices, shard, steps_per_epoch
+from .builtin import load_dataset
 from .decode import ImageDecodeError, decode_image
 from .folder import FolderSource
 from .hf import HFSource
-from .lazy import LazySource
-from .loader import global_batch_indices, shard, steps_per_epoch
-from .pipeline import Source, TrainBatches, eval_batches, gather_images
+from .lazy import LazySource, per_sample_eval, per_sample_steps
+from .memory import ImageDataset
+from .pipeline import TrainBatches, eval_batches, gather_images
 from .shards import ShardSource
-from .sources import ImageDataset, load_dataset
+from .source import ReadOptions, Source, StepPlan, StepReader
 from .spec import open_source
 from .subset import balanced_subset, hold_out
 from .transforms import TrainTransform, eval_transform
@@ -21,8 +23,11 @@ __all__ = [
     "ImageDecodeError",
     "ImageDataset",
     "LazySource",
+    "ReadOptions",
     "ShardSource",
     "Source",
+    "StepPlan",
+    "StepReader",
     "TrainBatches",
     "TrainTransform",
     "balanced_subset",
@@ -34,6 +39,8 @@ __all__ = [
     "hold_out",
     "load_dataset",
     "open_source",
+    "per_sample_eval",
+    "per_sample_steps",
     "shard",
     "steps_per_epoch",
 ]

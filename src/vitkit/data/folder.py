@@ -21,6 +21,7 @@ import torch
 
 from .decode import IMAGE_EXTENSIONS, file_kind, printable, read_file
 from .lazy import TEST_SPLITS, LazySource
+from .source import DEFAULT_READING, ReadOptions
 
 
 def split_directory(root: Path, split: str) -> Path:
@@ -108,7 +109,7 @@ class FolderSource(LazySource):
 
     reader = "ImageFolder, decoded per sample (Pillow)"
 
-    def __init__(self, root: str | os.PathLike, split: str, **options) -> None:
+    def __init__(self, root: str | os.PathLike, split: str, options: ReadOptions = DEFAULT_READING) -> None:
         root = Path(root).expanduser()
         directory = split_directory(root, split)
         classes = class_folders(root / "train")
@@ -134,13 +135,13 @@ class FolderSource(LazySource):
             labels += [label] * len(files)
         if not paths:
             raise FileNotFoundError(f"{directory}: no image files ({', '.join(sorted(IMAGE_EXTENSIONS))})")
-        source = f"ImageFolder {printable(str(directory))} ({len(paths)} images, {len(classes)} classes, decoded per sample)"
+        description = f"ImageFolder {printable(str(directory))} ({len(paths)} images, {len(classes)} classes, decoded per sample)"
         names = [printable(name) for name in classes]
         if len(set(names)) < len(names):
             raise ValueError(
                 f"{root / 'train'}: two class folders print as the same name ({', '.join(names)})"
             )
-        super().__init__(torch.tensor(labels, dtype=torch.int64), names, source, **options)
+        super().__init__(torch.tensor(labels, dtype=torch.int64), names, description, options)
         self.directory = directory
         # Fixed-width bytes: one numpy buffer, shared by forked workers (no per-path Python objects).
         self.paths = np.array([os.fsencode(p) for p in paths], dtype=np.bytes_)

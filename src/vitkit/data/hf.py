@@ -27,6 +27,7 @@ import torch
 
 from .decode import ImageDecodeError, read_file
 from .lazy import TEST_SPLITS, LazySource
+from .source import DEFAULT_READING, ReadOptions
 
 
 def load_hf(path: Path) -> Any:
@@ -142,7 +143,7 @@ class HFSource(LazySource):
 
     reader = "Hugging Face datasets (memory-mapped Arrow), decoded per sample"
 
-    def __init__(self, path: str | os.PathLike, split: str, **options) -> None:
+    def __init__(self, path: str | os.PathLike, split: str, options: ReadOptions = DEFAULT_READING) -> None:
         import datasets
 
         path = Path(path).expanduser()
@@ -166,8 +167,8 @@ class HFSource(LazySource):
                 f"{label!r}); every split must label the same way"
             )
         labels = split_labels.in_classes(classes)
-        source = f"Hugging Face dataset {path} [{name}] ({len(labels)} images, {len(classes)} classes, decoded per sample)"
-        super().__init__(torch.from_numpy(labels), classes, source, **options)
+        description = f"Hugging Face dataset {path} [{name}] ({len(labels)} images, {len(classes)} classes, decoded per sample)"
+        super().__init__(torch.from_numpy(labels), classes, description, options)
         self.path, self.split = path, name
         self.image_column = image
         self.table = table.cast_column(image, datasets.Image(decode=False)).select_columns([image])

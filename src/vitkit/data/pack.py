@@ -20,15 +20,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from tqdm import tqdm
 
 from vitkit.storage import atomic_write_text
 
 from .decode import ImageDecodeError, decode_image, image_size
-from .pipeline import Source
-from .shards import INFO_NAME, LABEL_EXTENSION, UNKNOWN_IMAGE_EXTENSION, Member, ShardSource
-from .sources import ImageDataset
+from .shard_index import INFO_NAME, LABEL_EXTENSION
+from .shards import UNKNOWN_IMAGE_EXTENSION
+from .source import Member, Source
 from .transforms import sample_keys
 
 FORMATS = ("wds", "hf")
@@ -46,40 +45,9 @@ def extension(data: bytes) -> str:
     return next((ext for signature, ext in SIGNATURES if data.startswith(signature)), UNKNOWN_IMAGE_EXTENSION)
 
 
-def png_bytes(image: torch.Tensor) -> bytes:
-    """A uint8 [C, H, W] image as PNG."""
-    array = image.permute(1, 2, 0).numpy()
-    buffer = io.BytesIO()
-    Image.fromarray(array[..., 0] if array.shape[2] == 1 else array).save(buffer, "png")
-    return buffer.getvalue()
-
-
-def encoded_samples(
-    source: Source, order: list[int] | None = None
-) -> Iterator[tuple[int, str, Member, int | None]]:
-    """(index, name, encoded image bytes, label) of every sample in index order (or in `order`, for an indexable
-    source), without decoding what is encoded; bytes or label are None for a shard sample that lacks them, and
-    the bytes an ImageDecodeError for a shard member above the byte limit."""
-    indices = range(len(source)) if order is None else order
-    if isinstance(source, ImageDataset):
-        for index in indices:
-            yield (
-                index,
-                f"{source.source} image {index}",
-                png_bytes(source.images[index]),
-                int(source.labels[index]),
-            )
-    elif isinstance(source, ShardSource):
-        for shard in range(len(source.paths)):
-            yield from source.samples(shard)
-    else:
-        for index in indices:
-            yield index, source.name(index), source.encoded(index), int(source.labels[index])
-
-
 def complete_samples(source: Source, order: list[int] | None = None) -> Iterator[tuple[int, bytes, int]]:
     """encoded_samples with every image and label present (a missing one is a one-line error)."""
-    for index, name, data, label in encoded_samples(source, order):
+    for index, name, data, label in source.encoded_samples(order):
         yield index, complete(name, data, label, len(source.classes)), label  # type: ignore[misc]  # checked
 
 
@@ -130,7 +98,7 @@ def write_shards(source: Source, split: str, out: Path, shard_images: int, seed:
     key the sample's index in the source), in the source's order or, with a `seed`, shuffled (shards of an
     indexable source)."""
     packed = Packed(split, 0)
-    order = None if seed is None or isinstance(source, ShardSource) else shuffled_order(len(source), seed)
+    order = None if seed is None or not source.indexable else shuffled_order(len(source), seed)
     tar, count = None, 0
     progress = tqdm(total=len(source), desc=f"pack {split}", unit="img", dynamic_ncols=True)
     try:
@@ -228,7 +196,7 @@ class Summary:
     """What `data info` found in one split."""
 
     split: str
-    source: str
+    description: str
     reader: str
     images: int
     per_class: dict[str, int]
@@ -239,37 +207,33 @@ class Summary:
 
 def summarise(source: Source, split: str, check: bool) -> Summary:
     """Images per class, image sizes (headers of SIZE_SAMPLE images spread over the split, or all with
-    `check`), and with `check` every image decoded and the unreadable ones listed."""
-    counts = np.zeros(len(source.classes), dtype=np.int64)
-    summary = Summary(split, source.source, source.reader, len(source), {})
-    if isinstance(source, ShardSource):
-        every = 1 if check else max(1, len(source) // SIZE_SAMPLE)
-        samples = tqdm(encoded_samples(source), total=len(source), desc=f"info {split}", unit="img")
-        try:
-            for index, name, member, label in samples:
-                try:
-                    data = complete(name, member, label, len(source.classes))
-                except ImageDecodeError as err:
-                    summary.unreadable.append(str(err))
-                    continue
-                counts[label] += 1
-                if index % every == 0:
-                    _measure(summary, data, name, check)
-        except ValueError as err:  # a shard that ends early: listed, the rest of the split not read
-            summary.unreadable.append(str(err))
-    elif isinstance(source, ImageDataset):  # decoded already: one size, every image readable
+    `check`), and with `check` every image decoded and the unreadable ones listed. A stream is read whole (its
+    labels are in the shards); an indexable source's labels are known, and only its measured images are read."""
+    summary = Summary(split, source.description, source.reader, len(source), {})
+    every = 1 if check else max(1, len(source) // SIZE_SAMPLE)
+    if source.indexable:
         counts = np.bincount(source.labels.numpy(), minlength=len(source.classes))
-        summary.sizes[tuple(source.images.shape[-1:-3:-1])] = summary.measured = len(source)
+        order: list[int] | None = list(range(0, len(source), every))
     else:
-        counts = np.bincount(source.labels.numpy(), minlength=len(source.classes))
-        step = 1 if check else max(1, len(source) // SIZE_SAMPLE)
-        for index in tqdm(range(0, len(source), step), desc=f"info {split}", unit="img", disable=not check):
+        counts, order = np.zeros(len(source.classes), dtype=np.int64), None
+    if source.image_size is not None:  # decoded already: one size, every image readable
+        summary.sizes[source.image_size] = summary.measured = len(source)
+        order = []
+    samples = tqdm(source.encoded_samples(order), total=len(source) if order is None else len(order),
+                   desc=f"info {split}", unit="img", disable=source.indexable and not check)  # fmt: skip
+    try:
+        for index, name, member, label in samples:
             try:
-                data = source.encoded(index)
+                data = complete(name, member, label, len(source.classes))
             except ImageDecodeError as err:
                 summary.unreadable.append(str(err))
                 continue
-            _measure(summary, data, source.name(index), check)
+            if not source.indexable:
+                counts[label] += 1
+            if index % every == 0:
+                _measure(summary, data, name, check)
+    except ValueError as err:  # a shard that ends early: listed, the rest of the split not read
+        summary.unreadable.append(str(err))
     summary.per_class = {name: int(n) for name, n in zip(source.classes, counts, strict=True)}
     return summary
 

@@ -32,9 +32,10 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
 from .decode import IMAGE_EXTENSIONS, ImageDecodeError, check_byte_size, decode_image
-from .lazy import check_reading
 from .shard_index import INFO_NAME, LABEL_EXTENSION, find_shards
-from .transforms import TrainTransform, key, sample_keys
+from .source import DEFAULT_READING, Member, ReadOptions, StepPlan
+from .transforms import eval_transform, key, sample_keys
+from .workers import LoaderSteps, loader_batches
 
 UNKNOWN_IMAGE_EXTENSION = "img"  # the member name `vitkit data pack` gives bytes of no known image signature
 MEMBER_EXTENSIONS = (
@@ -48,36 +49,28 @@ _SHARD_ORDER_DOMAIN = 0x7368617264  # "shard"
 _BUFFER_DOMAIN = 0x627566  # "buf"
 
 
-Member = bytes | ImageDecodeError | None  # an image member's bytes; too large (unread); missing
-
-
 class ShardSource:
-    """One split of a shard directory: its shards, image counts, labels' classes; samples are read as streams."""
+    """One split of a shard directory: its shards, image counts, labels' classes; samples are read as streams
+    (not indexable), in DataLoader workers as `options` say."""
 
     reader = "WebDataset tar shards, streamed (tarfile), decoded per sample"
+    indexable = False
+    image_size = None  # known only by decoding
 
     def __init__(
-        self,
-        directory: str | os.PathLike,
-        split: str,
-        *,
-        workers: int = 0,
-        prefetch: int = 2,
-        on_corrupt: str = "stop",
+        self, directory: str | os.PathLike, split: str, options: ReadOptions = DEFAULT_READING
     ) -> None:
-        check_reading(workers, prefetch, on_corrupt)
         index = find_shards(directory, split)
         self.paths = index.paths
         self.counts = np.array(index.counts, dtype=np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.counts)])  # index of each shard's first sample
         self.classes = index.classes
         self.split = index.split
-        self.source = (
+        self.description = (
             f"WebDataset shards {index.location} [{index.split}] ({len(self.paths)} shards, "
             f"{int(self.offsets[-1])} images, {len(self.classes)} classes, streamed)"
         )
-        self.workers, self.prefetch, self.on_corrupt = workers, prefetch, on_corrupt
-        self.skipped: list[str] = []
+        self.options = options
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -85,10 +78,45 @@ class ShardSource:
     @property
     def labels(self) -> torch.Tensor:
         """Not known without reading every shard: what needs per-sample labels needs an indexable source."""
-        raise ValueError(
-            f"{self.source} is read as a stream; per-sample labels (data.train_subset, data.val_split, few-shot) "
-            "need an indexable data.source (in memory, folder:, hf:)"
+        raise self._not_indexable("per-sample labels")
+
+    def read(self, index: int, channels: int = 3) -> torch.Tensor:
+        raise self._not_indexable("reading a sample by its index")
+
+    def select(self, indices: torch.Tensor, description: str) -> ShardSource:
+        raise self._not_indexable("a subset")
+
+    def _not_indexable(self, what: str) -> ValueError:
+        return ValueError(
+            f"{self.description} is read as a stream; {what} (data.train_subset, data.val_split, few-shot) "
+            "needs an indexable data.source (in memory, folder:, hf:)"
         )
+
+    def to_device(self, device: torch.device) -> ShardSource:
+        return self  # decoded per batch, in the workers
+
+    def streams(self, world_size: int) -> int:
+        """Ranks x workers (at least one a rank): the batches of a step depend on it (ShardSteps)."""
+        return world_size * max(self.options.workers, 1)
+
+    def train_steps(self, plan: StepPlan) -> LoaderSteps:
+        per_epoch = ShardSteps(self, plan, 0).per_epoch  # checks the shards can feed every stream
+        return LoaderSteps(lambda start: ShardSteps(self, plan, start), per_epoch, self.options, plan.device)
+
+    def eval_batches(
+        self, chunks: list[torch.Tensor], img_size: tuple[int, int], in_chans: int, device: torch.device
+    ) -> Iterator[Batch]:
+        """Contiguous index ranges, read from the shards that hold them."""
+        preprocess = lambda x: eval_transform(x, img_size, in_chans)  # noqa: E731
+        items = ShardChunks(self, chunks, preprocess, (in_chans, *img_size))
+        return loader_batches(items, len(chunks), self.options, device)
+
+    def encoded_samples(
+        self, order: list[int] | None = None
+    ) -> Iterator[tuple[int, str, Member, int | None]]:
+        """Every sample in shard order (a stream: `order` does not apply)."""
+        for shard in range(len(self.paths)):
+            yield from self.samples(shard)
 
     def samples(self, shard: int) -> Iterator[tuple[int, str, Member, int | None]]:
         """(index in the split, member name, image bytes (None when missing, an ImageDecodeError when too
@@ -170,22 +198,20 @@ class ShardSteps(IterableDataset):
     """This rank's batches of steps start..stop-1 from shard streams; DataLoader worker i serves the steps
     start + i, start + i + W, ... (and so always the same stream)."""
 
-    def __init__(
-        self,
-        source: ShardSource,
-        transform: TrainTransform,
-        batch: int,
-        seed: int,
-        rank: int,
-        world_size: int,
-        start: int,
-        stop: int,
-        shape: tuple[int, ...],
-    ) -> None:
-        self.source, self.transform, self.batch, self.seed = source, transform, batch, seed
-        self.rank, self.world_size, self.start, self.stop, self.shape = rank, world_size, start, stop, shape
-        self.workers = max(source.workers, 1)
-        self.per_epoch = self.workers * stream_batches_per_epoch(source, world_size * self.workers, batch)
+    def __init__(self, source: ShardSource, plan: StepPlan, start: int) -> None:
+        self.source, self.transform, self.seed, self.start, self.stop = (
+            source,
+            plan.transform,
+            plan.seed,
+            start,
+            plan.steps,
+        )
+        self.rank, self.world_size, self.shape = plan.rank, plan.world_size, plan.shape
+        self.batch = plan.batch_size // plan.world_size  # this rank's share of a step
+        self.workers = max(source.options.workers, 1)
+        self.per_epoch = self.workers * stream_batches_per_epoch(
+            source, plan.world_size * self.workers, self.batch
+        )
 
     def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, Member, int | None]]:
         """Stream `slot` (of ranks x workers) of an epoch: its shards in order, through the keyed shuffle buffer."""

@@ -5,22 +5,18 @@ from __future__ import annotations
 
 import torch
 
-from .lazy import LazySource
-from .pipeline import Source
-from .shards import ShardSource
-from .sources import ImageDataset
+from .source import Source
 
 
-def indexable(dataset: Source, what: str) -> ImageDataset | LazySource:
-    """`dataset`, whose images can be drawn by index; a one-line error naming the setting `what` for a stream."""
-    if isinstance(dataset, ShardSource):
+def check_indexable(dataset: Source, what: str) -> None:
+    """A one-line error naming the setting `what` for a source whose images cannot be drawn by index."""
+    if not dataset.indexable:
         raise ValueError(
-            f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.source} is a stream"
+            f"{what} needs an indexable data.source (in memory, folder:, hf:); {dataset.description} is a stream"
         )
-    return dataset
 
 
-def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, what: str) -> torch.Tensor:
+def balanced_indices(dataset: Source, size: int, seed: int, what: str) -> torch.Tensor:
     """Sorted indices of `size` images drawn without replacement: size // K of each of the K classes, one more
     for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
     errors."""
@@ -28,7 +24,7 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
     if not num_classes <= size <= len(dataset):
         raise ValueError(
             f"{what} {size} must be between the number of classes ({num_classes}) and the number of "
-            f"training images ({len(dataset)}) of {dataset.source}"
+            f"training images ({len(dataset)}) of {dataset.description}"
         )
     generator = torch.Generator().manual_seed(seed)
     chosen = []
@@ -38,33 +34,32 @@ def balanced_indices(dataset: ImageDataset | LazySource, size: int, seed: int, w
         if len(members) < need:
             raise ValueError(
                 f"{what} {size} needs {need} images of class {dataset.classes[c]!r}; "
-                f"{dataset.source} has {len(members)}"
+                f"{dataset.description} has {len(members)}"
             )
         chosen.append(members[torch.randperm(len(members), generator=generator)[:need]])
     return torch.cat(chosen).sort().values
 
 
-def balanced_subset(dataset: Source, size: int, seed: int = 0) -> ImageDataset | LazySource:
+def balanced_subset(dataset: Source, size: int, seed: int = 0) -> Source:
     """A class-balanced subset of `size` images (`balanced_indices`), in their order in `dataset`."""
-    dataset = indexable(dataset, "data.train_subset")
+    check_indexable(dataset, "data.train_subset")
     indices = balanced_indices(dataset, size, seed, "data.train_subset")
-    source = f"{dataset.source}; class-balanced subset of {size} images (seed {seed})"
-    return dataset.select(indices, source)
+    description = f"{dataset.description}; class-balanced subset of {size} images (seed {seed})"
+    return dataset.select(indices, description)
 
 
-def hold_out(
-    dataset: Source, size: int, seed: int = 0
-) -> tuple[ImageDataset | LazySource, ImageDataset | LazySource]:
+def hold_out(dataset: Source, size: int, seed: int = 0) -> tuple[Source, Source]:
     """(the rest, a class-balanced validation split of `size` images): disjoint, together `dataset`, so a
     recipe can be chosen on images it never trains on while the test set stays for the final report."""
-    dataset = indexable(dataset, "data.val_split")
+    check_indexable(dataset, "data.val_split")
     held = balanced_indices(dataset, size, seed, "data.val_split")
     keep = torch.ones(len(dataset), dtype=torch.bool)
     keep[held] = False
     rest = dataset.select(
-        keep.nonzero().flatten(), f"{dataset.source}; {size} images held out for validation (seed {seed})"
+        keep.nonzero().flatten(),
+        f"{dataset.description}; {size} images held out for validation (seed {seed})",
     )
     validation = dataset.select(
-        held, f"validation split of {size} images (seed {seed}) held out of {dataset.source}"
+        held, f"validation split of {size} images (seed {seed}) held out of {dataset.description}"
     )
     return rest, validation

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 import torch
@@ -18,13 +18,15 @@ from vitkit.precision import Precision
 
 @dataclass
 class Accuracy:
-    """Evaluation result; `confusion[i, j]` counts images of class i predicted as class j."""
+    """Evaluation result; `confusion[i, j]` counts images of class i predicted as class j; `skipped` names the
+    images this rank left out as unreadable (data.on_corrupt='skip'), as its batches named them."""
 
     top1: float
     top5: float
     loss: float
     confusion: torch.Tensor
     count: int
+    skipped: list[str] = field(default_factory=list)
 
     def as_dict(self, prefix: str = "test_") -> dict[str, float]:
         return {f"{prefix}top1": self.top1, f"{prefix}top5": self.top5, f"{prefix}loss": self.loss}
@@ -41,7 +43,7 @@ def evaluate(
     ).config.num_classes  # `model` may be compiled or wrapped
     if model_classes != num_classes:
         raise ValueError(
-            f"the model has {model_classes} classes, the dataset {dataset.source} has {num_classes}"
+            f"the model has {model_classes} classes, the dataset {dataset.description} has {num_classes}"
         )
     k = min(5, num_classes)
 
@@ -53,7 +55,7 @@ def evaluate(
         top5 = (logits.topk(k, dim=-1).indices == y[:, None]).any(-1).sum()
         return torch.cat([confusion.double(), torch.stack([loss.double(), top5.double()])])
 
-    sums = evaluation_sums(
+    sums, skipped = evaluation_sums(
         model, dataset, measure, num_classes**2 + 2, batch_size=batch_size, precision=precision
     )
     confusion = sums[: num_classes**2].round().long().view(num_classes, num_classes).cpu()
@@ -64,4 +66,5 @@ def evaluate(
         loss=sums[-2].item() / count,
         confusion=confusion,
         count=count,
+        skipped=skipped,
     )

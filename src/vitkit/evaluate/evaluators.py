@@ -18,10 +18,12 @@ from vitkit.precision import Precision
 
 
 class Evaluator(Protocol):
-    """A measurement: metric names start with `name` + "_" (test_top1, val_loss, fewshot_5shot, ...)."""
+    """A measurement: metric names start with `name` + "_" (test_top1, val_loss, fewshot_5shot, ...);
+    `skipped` names the images its calls left out as unreadable on this rank, every time they were met."""
 
     name: str
     every: int
+    skipped: list[str]
 
     def __call__(self, model: nn.Module) -> dict[str, float]: ...
 
@@ -43,6 +45,7 @@ class SplitEvaluator:
     batch_size: int
     precision: Precision
     confusion: torch.Tensor | None = field(default=None, init=False)
+    skipped: list[str] = field(default_factory=list, init=False)
 
 
 class AccuracyEvaluator(SplitEvaluator):
@@ -51,6 +54,7 @@ class AccuracyEvaluator(SplitEvaluator):
     def __call__(self, model: nn.Module) -> dict[str, float]:
         result = evaluate(model, self.dataset, batch_size=self.batch_size, precision=self.precision)
         self.confusion = result.confusion
+        self.skipped += result.skipped
         return result.as_dict(f"{self.name}_")
 
 
@@ -58,7 +62,10 @@ class MaskedPatchEvaluator(SplitEvaluator):
     """The masked patch prediction loss on a split (vitkit.evaluate.masked_patches): `mpp_loss_<name>`."""
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
-        loss = masked_patch_loss(model, self.dataset, batch_size=self.batch_size, precision=self.precision)
+        loss, skipped = masked_patch_loss(
+            model, self.dataset, batch_size=self.batch_size, precision=self.precision
+        )
+        self.skipped += skipped
         return {f"mpp_loss_{self.name}": loss}
 
 
@@ -68,7 +75,7 @@ class OnPart:
 
     def __init__(self, evaluator: Evaluator, part: Callable[[Any], nn.Module]) -> None:
         self.evaluator, self.part = evaluator, part
-        self.name, self.every = evaluator.name, evaluator.every
+        self.name, self.every, self.skipped = evaluator.name, evaluator.every, evaluator.skipped
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
         return self.evaluator(self.part(model))

@@ -332,6 +332,7 @@ class FewShotEvaluator:
         every: int = 0,
     ) -> None:
         self.name, self.every = "fewshot", every
+        self.skipped: list[str] = []  # its images are gathered once, at construction
         self.shots = check_shots(shots)
         self.seeds = seed_list(seeds)
         self.l2 = l2_list(l2)

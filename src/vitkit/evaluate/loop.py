@@ -52,21 +52,23 @@ def evaluation_sums(
     *,
     batch_size: int = 500,
     precision: Precision | None = None,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, list[str]]:
     """The sum over the split of `measure(batch number, batch)` (float64 [size]), over all ranks: the batches in
     the model's input size and channels with the paper's preprocessing (resize, [-1, 1]), each measured in eval
-    mode under `precision` (default float32). Images a source skips as unreadable are in no batch."""
+    mode under `precision` (default float32); and the images this rank's batches left out as unreadable."""
     device = next(model.parameters()).device
     precision = precision or choose_precision("fp32", device)
     config = cast(Trainable, unwrap_model(model)).config
     sums = torch.zeros(size, dtype=torch.float64, device=device)
+    skipped: list[str] = []
     numbered = rank_chunks(len(dataset), batch_size)
     batches = eval_batches(
         dataset, [c for _, c in numbered], to_pair(config.img_size), config.in_chans, device
     )
     with eval_mode(model):
         for (number, _), batch in zip(numbered, batches, strict=True):
+            skipped += batch.skipped
             with precision.autocast():
                 sums += measure(number, batch)
     all_reduce_sum(sums)
-    return sums
+    return sums, skipped

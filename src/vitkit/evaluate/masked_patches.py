@@ -17,9 +17,9 @@ def masked_patch_loss(
     *,
     batch_size: int = 500,
     precision: Precision | None = None,
-) -> float:
-    """Mean MPP loss over a split (batch means weighted by their images), reproducible: batch i is corrupted with
-    a generator seeded with i, whichever rank measures it."""
+) -> tuple[float, list[str]]:
+    """(mean MPP loss over a split, the images this rank left out as unreadable): batch means weighted by their
+    images, reproducible: batch i is corrupted with a generator seeded with i, whichever rank measures it."""
 
     def measure(number: int, batch: Batch) -> torch.Tensor:
         """[loss x images, images] of one batch."""
@@ -30,5 +30,5 @@ def masked_patch_loss(
         count = torch.full((), len(images), dtype=torch.float64, device=images.device)
         return torch.stack([loss.double() * count, count])
 
-    sums = evaluation_sums(model, dataset, measure, 2, batch_size=batch_size, precision=precision)
-    return (sums[0] / sums[1]).item()
+    sums, skipped = evaluation_sums(model, dataset, measure, 2, batch_size=batch_size, precision=precision)
+    return (sums[0] / sums[1]).item(), skipped

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from vitkit.data import hold_out, open_source
-from vitkit.data.pipeline import Source
+from vitkit.data import ReadOptions, Source, hold_out, open_source
+from vitkit.data.source import DEFAULT_READING
 from vitkit.device import resolve_device
 from vitkit.evaluate.accuracy import evaluate
 from vitkit.evaluate.labels import class_labels, per_class
@@ -40,7 +40,7 @@ def open_data(
     data: str | None,
     split: str | None,
     data_dir: str | None = None,
-    **reading: Any,
+    reading: ReadOptions = DEFAULT_READING,
 ) -> tuple[Source, str]:
     """(the images to evaluate on, the split's name): `data` when given, else the run's own source; `split`,
     else the run's validation split when it held one out, else 'test'."""
@@ -59,10 +59,10 @@ def open_data(
             why = "the data named is not the run's" if recipe is not None and not own else "none was held out"
             raise ValueError(f"split 'val' is the run's held-out training images (data.val_split); {why}")
         _, validation = hold_out(
-            open_source(source, "train", data_dir, **reading), val_split, recipe.data.val_seed
+            open_source(source, "train", data_dir, reading), val_split, recipe.data.val_seed
         )
         return validation, split
-    return open_source(source, split, data_dir, **reading), split
+    return open_source(source, split, data_dir, reading), split
 
 
 def evaluate_weights(
@@ -83,16 +83,18 @@ def evaluate_weights(
     """Top-1, top-5, loss and per-class accuracy of `weights` (anything vitkit.load_weights reads; a run
     directory evaluates on its own data) on `data` / `split`, as a dict; also written to `out` (default: the run
     directory) as eval_<split>.json with a confusion matrix PNG (`confusion` names another path for it)."""
-    dataset, split = open_data(weights, data, split, data_dir, on_corrupt=on_corrupt, workers=workers)
+    dataset, split = open_data(
+        weights, data, split, data_dir, ReadOptions(on_corrupt=on_corrupt, workers=workers)
+    )
     model = load_weights(weights).to(resolve_device(device))
-    names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.source}")
+    names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.description}")
     chosen = inference_precision(precision, model, batch_size)
     with chosen.held(model, compile) as forward:
         result = evaluate(forward, dataset, batch_size=batch_size, precision=chosen)
     folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None
     report: dict[str, Any] = {
         "weights": str(weights),
-        "data": dataset.source,
+        "data": dataset.description,
         "split": split,
         "images": result.count,
         "top1": result.top1,
@@ -105,7 +107,7 @@ def evaluate_weights(
         confusion = folder / f"eval_{split}_confusion.png"
     if confusion is not None:
         Path(confusion).parent.mkdir(parents=True, exist_ok=True)
-        title = f"{weights} on {dataset.source} ({split})"
+        title = f"{weights} on {dataset.description} ({split})"
         report["confusion"] = str(plot_confusion(result.confusion, names, confusion, title))
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ def onnx_top1(path: str | os.PathLike, dataset: Source, *, batch_size: int = EVA
     channels, height, width = metadata["input_size"]
     if metadata["num_classes"] != len(dataset.classes):
         raise ValueError(
-            f"{path}: {metadata['num_classes']} classes, the dataset {dataset.source} has {len(dataset.classes)}"
+            f"{path}: {metadata['num_classes']} classes, the dataset {dataset.description} has {len(dataset.classes)}"
         )
     run = runner(path)
     chunks = list(torch.arange(len(dataset)).split(batch_size))
@@ -28,5 +28,5 @@ def onnx_top1(path: str | os.PathLike, dataset: Source, *, batch_size: int = EVA
         hits += int((logits.argmax(-1) == batch.labels).sum())
         count += len(batch.labels)
     if not count:
-        raise ValueError(f"{dataset.source}: no readable image to evaluate {path} on")
+        raise ValueError(f"{dataset.description}: no readable image to evaluate {path} on")
     return hits / count

@@ -4,10 +4,8 @@ torch.compile, CUDA graph, batches and augmentation). `vitkit bench train` build
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch.optim.swa_utils import AveragedModel
@@ -15,7 +13,7 @@ from torch.optim.swa_utils import AveragedModel
 from vitkit.allocator import keep_freed_memory
 from vitkit.collectives import broadcast_object, world
 from vitkit.data import (
-    ImageDataset,
+    ReadOptions,
     Source,
     TrainBatches,
     TrainTransform,
@@ -48,24 +46,20 @@ class RunData:
     test: Source
     validation: Source | None
 
-    def splits(self) -> list[Source]:
-        """train, test and validation (when held out), in that order."""
-        return [self.train, self.test] + ([self.validation] if self.validation is not None else [])
-
     def steps_per_epoch(self, train: TrainSection) -> int:
         return steps_per_epoch(len(self.train), train.batch_size)
 
 
 def open_data(data: DataSection, device: torch.device) -> RunData:
     """The splits of data.source, read as data.on_corrupt / workers / prefetch say."""
-    reading: dict[str, Any] = dict(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
-    labelled = open_source(data.source, "train", data.data_dir, **reading)
-    test = open_source(data.source, "test", data.data_dir, **reading)
+    reading = ReadOptions(on_corrupt=data.on_corrupt, workers=data.workers, prefetch=data.prefetch)
+    labelled = open_source(data.source, "train", data.data_dir, reading)
+    test = open_source(data.source, "test", data.data_dir, reading)
     validation = None
     if data.val_split:
         labelled, validation = hold_out(labelled, data.val_split, data.val_seed)
     train = balanced_subset(labelled, data.train_subset, data.subset_seed) if data.train_subset else labelled
-    return RunData(labelled, on_device(train, device), test, validation)
+    return RunData(labelled, train.to_device(device), test, validation)
 
 
 def build_run_model(config: RunConfig, class_names: list[str], saved: SavedCheckpoint | None) -> Trainable:
@@ -134,17 +128,6 @@ def run_precision(
     return Precision(name, reason, device)
 
 
-def on_device(dataset: Source, device: torch.device) -> Source:
-    """An in-memory split moved to a CUDA device when it takes at most a quarter of the free memory there, so
-    its batches are sliced there and never cross the bus; unchanged on CPU and for sources read per sample."""
-    if device.type != "cuda" or not isinstance(dataset, ImageDataset):
-        return dataset
-    size = dataset.images.nbytes + dataset.labels.nbytes
-    if size > torch.cuda.mem_get_info(device)[0] // 4:
-        return dataset
-    return dataclasses.replace(dataset, images=dataset.images.to(device), labels=dataset.labels.to(device))
-
-
 def optimizer_and_average(
     config: RunConfig, model: Trainable, device: torch.device
 ) -> tuple[torch.optim.Optimizer, AveragedModel | None]:
@@ -172,10 +155,10 @@ def build_train_step(
     forward: Forward = data_parallel(model, strategy, device)
     forward = torch.compile(forward) if t.compile else forward
     rank, world_size = world()
-    batches = TrainBatches(train_set, train_transform(config, model, len(train_set.classes)), t.batch_size,
-                           t.seed, t.steps, device, rank, world_size)  # fmt: skip
+    transform = train_transform(config, model, len(train_set.classes))
+    batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, rank, world_size)
     graphed = use_cuda_graph(t, device, strategy)
-    return TrainStep(t, config.optim, model, forward, objective.loss, optimizer, ema, batches, batches.transform,
+    return TrainStep(t, config.optim, model, forward, objective.loss, optimizer, ema, batches, transform,
                      precision, graphed)  # fmt: skip
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from vitkit.data import open_source
+from vitkit.data import ReadOptions, open_source
 from vitkit.train.recipe import RunConfig
 
 
@@ -13,7 +13,7 @@ def training_images(config: RunConfig) -> int:
     data = config.data
     if data.train_subset:
         return data.train_subset
-    train = open_source(data.source, "train", data.data_dir, on_corrupt=data.on_corrupt)
+    train = open_source(data.source, "train", data.data_dir, ReadOptions(on_corrupt=data.on_corrupt))
     return len(train) - data.val_split
 
 

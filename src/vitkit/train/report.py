@@ -208,7 +208,7 @@ def finish(
     save_pretrained(model, run_dir / FINAL_DIR)
     write_curves(run_dir)
     if confusion is not None:
-        plot_confusion(confusion, test_set.classes, run_dir / CONFUSION_NAME, test_set.source)
+        plot_confusion(confusion, test_set.classes, run_dir / CONFUSION_NAME, test_set.description)
     t = config.train
     summary = {
         **summary,
@@ -218,8 +218,8 @@ def finish(
         "epochs": t.steps * t.batch_size / len(train_set),
         "parameters": count_parameters(model),
         "ema": bool(t.ema_decay),
-        "train_data": train_set.source,
-        "test_data": test_set.source,
+        "train_data": train_set.description,
+        "test_data": test_set.description,
         "run_dir": str(run_dir),
     }
     write_report(run_dir, summary)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vitkit.data.sources import NAMES
+from vitkit.data.builtin import NAMES
 from vitkit.data.spec import PREFIXES
 from vitkit.train.defaults import describe_architecture
 from vitkit.train.epochs import steps_for_epochs

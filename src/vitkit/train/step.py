@@ -57,8 +57,9 @@ class TrainStep:
         self.micro = train.micro_batch(world_size)
         self.graphed = GraphedUpdate(self.update, model, optimizer) if graphed else None
 
-    def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float]:
-        """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate).
+    def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float, list[str]]:
+        """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate;
+        the images this rank's batch left out as unreadable).
 
         On CPU the loss is checked before the update (reading it costs nothing there); on CUDA, where reading it
         would stall the GPU every step, the loop checks it when it reads it (PendingLosses). `split` times the
@@ -81,7 +82,7 @@ class TrainStep:
             split.lap("optimizer")
         if self.ema is not None:
             self.ema.update_parameters(self.model)
-        return loss, lr
+        return loss, lr, batch.skipped
 
     def update(
         self, x: torch.Tensor, y: torch.Tensor, split: StepSplit | None = None, step: int = -1

@@ -14,7 +14,6 @@ import torch
 from vitkit import shutdown
 from vitkit.allocator import return_freed_memory
 from vitkit.collectives import all_gather_object, broadcast_object, world
-from vitkit.data import ShardSource, Source
 from vitkit.device import resolve_device
 from vitkit.evaluate.evaluators import Evaluator, OnPart, due
 from vitkit.evaluate.fewshot import FewShotEvaluator
@@ -103,26 +102,26 @@ class Trainer:
 
         self.checkpoints = CheckpointManager(run_dir, self.strategy, t.keep_checkpoints)
         self.state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
+        self.train_skipped: list[str] = []  # as the batches name them (this rank's)
         if self.saved is not None:
             self.checkpoints.restore(self.saved, model, self.optimizer, self.ema)
             self.state = self.saved.state
             if self.rank == 0:  # the images every rank skipped before; checkpoints gather them from all ranks
-                self.data.train.skipped += self.state.get("skipped_images", [])
-            check_streams(self.state, data_streams(self.data.train, self.world_size))
+                self.train_skipped += self.state.get("skipped_images", [])
+            check_streams(self.state, self.data.train.streams(self.world_size))
 
         # Evaluation and final/ use the weight average (§4.1): a copy of the model.
         self.eval_model = model if self.ema is None else cast(Trainable, self.ema.module)
         self.test_evaluator, self.evaluators = self.objective.evaluators(
             self.data.test, self.data.validation, t.eval_every, t.eval_batch(), self.precision
         )
-        if (
-            t.fewshot_every and self.rank == 0
-        ):  # rank 0 measures alone (FSDP, which needs every rank, is refused)
-            # k-shot images from the whole training split (less data.val_split), also with data.train_subset:
-            # it measures the representation, it does not train
+        # Few-shot: rank 0 alone (FSDP, which needs every rank, is refused), k-shot images from the whole training
+        # split (less data.val_split), also with data.train_subset: it measures the representation, not training.
+        self.fewshot: list[Evaluator] = []
+        if t.fewshot_every and self.rank == 0:
             fewshot = FewShotEvaluator(self.data.labelled, self.data.test, num_test=t.fewshot_num_test,
                                        precision=self.precision, every=t.fewshot_every)  # fmt: skip
-            self.evaluators.append(OnPart(fewshot, self.objective.exported))
+            self.fewshot.append(OnPart(fewshot, self.objective.exported))
 
         if self.rank == 0 and not resume:
             create_run_dir(
@@ -141,29 +140,31 @@ class Trainer:
         progress = Progress(t.steps, start_step, t.log_every, enabled=self.rank == 0)
         progress.write(
             f"{'resuming at step ' + str(start_step) if self.saved else 'training'}: {self.describe()}; data: "
-            f"{data.train.source} ({len(data.train)} train / {len(data.test)} test, {data.steps_per_epoch(t)} "
+            f"{data.train.description} ({len(data.train)} train / {len(data.test)} test, {data.steps_per_epoch(t)} "
             f"steps per epoch); device {self.device}; precision {self.precision}; run directory {self.run_dir}"
         )
         clock = time.perf_counter() - self.state["wall_seconds"]
         train_seconds = self.state["train_seconds"]
         window_start, window_images, images_per_second = time.perf_counter(), 0, 0.0
         losses, split = PendingLosses(self.device), StepSplit(self.device)
-        reported = set(data.train.skipped)
+        reported = set(self.train_skipped)
         self.model.train()
         try:
             for step in range(start_step, t.steps):
                 shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
                 done = step + 1
                 log_step = done % t.log_every == 0 or done == t.steps
-                step_start, skips_before = time.perf_counter(), len(data.train.skipped)
+                step_start = time.perf_counter()
                 try:
-                    losses.append(done, *self.step(step, split if log_step else None))
+                    loss, lr, skipped = self.step(step, split if log_step else None)
+                    losses.append(done, loss, lr)
                     # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
                     read_now = log_step or done % t.checkpoint_every == 0 or not losses.deferred
                     logged = losses.read() if read_now else []
                 except NonFiniteLoss as error:
                     raise NonFiniteLoss(f"{error} ({last_good_checkpoint(self.run_dir)})") from None
-                for line in data.train.skipped[skips_before:]:
+                self.train_skipped += skipped
+                for line in skipped:
                     if line not in reported:  # each image once; report.json counts how often it was met
                         reported.add(line)
                         progress.write(f"step {done}: skipped unreadable image {line}")
@@ -172,10 +173,10 @@ class Trainer:
                 if log_step:
                     images_per_second = window_images / (time.perf_counter() - window_start)
                     window_start, window_images = time.perf_counter(), 0
-                for logged_step, loss, lr in logged:
+                for logged_step, value, rate in logged:
                     if metrics is not None:
-                        metrics.log({"step": logged_step, "train_loss": loss, "lr": lr})
-                    progress.update(logged_step, loss, lr, images_per_second, split.share("data"))
+                        metrics.log({"step": logged_step, "train_loss": value, "lr": rate})
+                    progress.update(logged_step, value, rate, images_per_second, split.share("data"))
                 evaluations = self.measure([e for e in self.all_evaluators() if due(e, done, t.steps)])
                 if evaluations:
                     if metrics is not None:
@@ -193,7 +194,8 @@ class Trainer:
             evaluations = self.measure(self.all_evaluators())
             wall = time.perf_counter() - clock
             final_model = full_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
-            gathered = [all_ranks(split_set.skipped) for split_set in data.splits()]
+            train_skipped = all_ranks(self.train_skipped)
+            evaluated_skipped = [all_ranks(e.skipped) for e in [self.test_evaluator, *self.evaluators]]
             if metrics is None:
                 return {}
             metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
@@ -210,18 +212,22 @@ class Trainer:
             **self.precision.record(),
             "step_seconds": split.per_step(),
             "data_wait_share": split.share("data"),
-            "skipped_images": report.count_skipped([line for lines in gathered for line in lines]),
-            "test_images": len(data.test) - len(set(gathered[1])),  # those evaluated: a skipped image is not
+            "skipped_images": report.count_skipped(
+                train_skipped + [line for s in evaluated_skipped for line in s]
+            ),
+            "test_images": len(data.test)
+            - len(set(evaluated_skipped[0])),  # a skipped image is not evaluated
             "start": self.start,
         }
         if data.validation is not None:
-            summary |= {"val_data": data.validation.source, "val_images": len(data.validation)}
+            summary |= {"val_data": data.validation.description, "val_images": len(data.validation)}
         assert final_model is not None  # rank 0, the one that reaches here
         return report.finish(self.run_dir, self.config, self.objective.exported(final_model), summary,
                              self.test_evaluator.confusion, data.train, data.test, train_seconds)  # fmt: skip
 
     def all_evaluators(self) -> list[Evaluator]:
-        return [self.test_evaluator, *self.evaluators]
+        """The objective's (every rank) and few-shot (rank 0), test first."""
+        return [self.test_evaluator, *self.evaluators, *self.fewshot]
 
     def measure(self, evaluators: list[Evaluator]) -> dict[str, float]:
         """The metrics of `evaluators` on the weight average (or the model)."""
@@ -234,8 +240,8 @@ class Trainer:
             "train_seconds": train_seconds,
             "precision": self.precision.name,
             "precision_reason": self.precision.reason,
-            "skipped_images": all_ranks(self.data.train.skipped),
-            "data_streams": data_streams(self.data.train, self.world_size),
+            "skipped_images": all_ranks(self.train_skipped),
+            "data_streams": self.data.train.streams(self.world_size),
         }
         self.checkpoints.save(step, self.model, self.optimizer, self.ema, state)
 
@@ -255,11 +261,6 @@ def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
 def all_ranks(lines: list[str]) -> list[str]:
     """Every rank's list (of skipped images), concatenated in rank order: collective, every rank calls it."""
     return [line for rank_lines in all_gather_object(lines) for line in rank_lines]
-
-
-def data_streams(train_set: Source, world_size: int) -> int | None:
-    """How many streams read a shard source (ranks x workers), which its batches depend on; None otherwise."""
-    return world_size * max(train_set.workers, 1) if isinstance(train_set, ShardSource) else None
 
 
 def check_streams(state: dict[str, Any], streams: int | None) -> None:

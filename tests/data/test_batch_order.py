@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from vitkit.data import global_batch_indices, shard, steps_per_epoch
-from vitkit.data.loader import _epoch_permutation, epoch_shard
+from vitkit.data.batch_order import _epoch_permutation, epoch_shard
 
 
 def epoch_indices(num_samples: int, batch: int, seed: int, epoch: int) -> torch.Tensor:

@@ -1,6 +1,7 @@
-"""Datasets decoded once into uint8 tensors: Fashion-MNIST (full or embedded), CIFAR, synthetic, digits.
+"""The built-in datasets, decoded once into uint8 tensors: Fashion-MNIST (full or embedded), CIFAR, synthetic,
+digits.
 
-Every loader returns an ImageDataset whose `source` says exactly which data is in use, so a run's
+Every loader returns an ImageDataset whose `description` says exactly which data is in use, so a run's
 log can never silently mix up the full Fashion-MNIST with the subset shipped inside vitkit.
 """
 
@@ -12,7 +13,7 @@ import socket
 import struct
 import urllib.error
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -20,6 +21,8 @@ import numpy as np
 import torch
 from torchvision.datasets import FashionMNIST
 from torchvision.datasets.utils import download_url
+
+from .memory import ImageDataset
 
 SPLITS = ("train", "test")
 SUBSETS = ("auto", "full", "embedded")
@@ -75,40 +78,6 @@ CIFAR = {
     ),
 }
 NAMES = ("fashion_mnist", *CIFAR, "synthetic", "digits")
-
-
-@dataclass
-class ImageDataset:
-    """A whole split in memory: decoding once keeps the training loop free of file I/O."""
-
-    images: torch.Tensor  # uint8 [N, C, H, W]
-    labels: torch.Tensor  # int64 [N]
-    classes: list[str]
-    source: str
-    skipped: list[str] = field(default_factory=list)  # images left out when loading ("path: reason")
-    reader = "in memory (uint8 tensor)"
-
-    def __post_init__(self) -> None:
-        if self.images.dtype != torch.uint8 or self.images.ndim != 4:
-            raise ValueError(
-                f"images must be uint8 [N, C, H, W], got {self.images.dtype} {tuple(self.images.shape)}"
-            )
-        if self.labels.dtype != torch.int64 or self.labels.shape != (len(self.images),):
-            raise ValueError(
-                f"labels must be int64 [{len(self.images)}], "
-                f"got {self.labels.dtype} {tuple(self.labels.shape)}"
-            )
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def read(self, index: int) -> torch.Tensor:
-        """Sample `index` as uint8 [C, H, W], as a lazy source reads one."""
-        return self.images[index]
-
-    def select(self, indices: torch.Tensor, source: str) -> ImageDataset:
-        """The samples `indices` (in that order) as a dataset of their own, described by `source`."""
-        return ImageDataset(self.images[indices], self.labels[indices], self.classes, source)
 
 
 def load_dataset(name: str, split: str, data_dir: str | None = None, *, subset: str = "auto") -> ImageDataset:
@@ -269,8 +238,8 @@ def load_fashion_mnist(
             reason = f"download to {target} failed: {err}"
         else:
             images, labels = _read_fashion(target, split)
-            source = f"Fashion-MNIST {split}, full set ({len(labels)} images) downloaded to {target}"
-            return ImageDataset(images, labels, classes, source)
+            description = f"Fashion-MNIST {split}, full set ({len(labels)} images) downloaded to {target}"
+            return ImageDataset(images, labels, classes, description)
     if subset == "full":
         raise FileNotFoundError(
             f"Fashion-MNIST {split} not found in: {looked} ({reason}). Get it with "
@@ -288,8 +257,8 @@ def load_fashion_mnist(
 def _embedded_fashion(split: str, why: str) -> ImageDataset:
     """The class-balanced Fashion-MNIST subset under vitkit/data/embedded (see its README)."""
     images, labels = _read_fashion(EMBEDDED_DIR, split)
-    source = f"Fashion-MNIST {split}, embedded subset ({len(labels)} images) shipped with vitkit ({why})"
-    return ImageDataset(images, labels, list(FashionMNIST.classes), source)
+    description = f"Fashion-MNIST {split}, embedded subset ({len(labels)} images) shipped with vitkit ({why})"
+    return ImageDataset(images, labels, list(FashionMNIST.classes), description)
 
 
 # -------------------------------------------------------------------------------------------- CIFAR
@@ -322,8 +291,8 @@ def load_cifar(name: str, split: str, data_dir: str | Path | None = None) -> Ima
                 raise ValueError(
                     f"{place}: label {int(labels.max())} out of range for {len(layout.classes)} classes"
                 )
-            source = f"{layout.title} {split} ({len(labels)} images) from {place}"
-            return ImageDataset(images, labels, list(layout.classes), source)
+            description = f"{layout.title} {split} ({len(labels)} images) from {place}"
+            return ImageDataset(images, labels, list(layout.classes), description)
     raise FileNotFoundError(
         f"{layout.title} {split} ({', '.join(layout.files[split])}) not found in: "
         f"{', '.join(str(p) for p in places)}. Download {layout.url}, extract it into one of these "
@@ -376,8 +345,10 @@ def make_synthetic(split: str) -> ImageDataset:
     background = rng.uniform(0, 60, (n, 3, 1, 1)) + rng.normal(0, 12, (n, 3, 32, 32))
     pixels = np.where(masks[:, None], colour[:, :, None, None], background)
     images = torch.from_numpy(np.clip(np.round(pixels), 0, 255).astype(np.uint8))
-    source = f"synthetic {split} ({n} images of 10 shape classes, 32x32 RGB, generated by vitkit)"
-    return ImageDataset(images, torch.from_numpy(labels.astype(np.int64)), list(SYNTHETIC_CLASSES), source)
+    description = f"synthetic {split} ({n} images of 10 shape classes, 32x32 RGB, generated by vitkit)"
+    return ImageDataset(
+        images, torch.from_numpy(labels.astype(np.int64)), list(SYNTHETIC_CLASSES), description
+    )
 
 
 def load_digits(split: str) -> ImageDataset:
@@ -392,12 +363,12 @@ def load_digits(split: str) -> ImageDataset:
         test[np.flatnonzero(digits.target == digit)[::5]] = True
     chosen = test if split == "test" else ~test
     images = np.round(digits.images[chosen] * (255.0 / 16.0)).astype(np.uint8)[:, None]
-    source = (
+    description = (
         f"scikit-learn digits {split} ({int(chosen.sum())} images, 8x8 grey, every 5th of a class is test)"
     )
     return ImageDataset(
         torch.from_numpy(images),
         torch.from_numpy(digits.target[chosen].astype(np.int64)),
         [str(d) for d in range(10)],
-        source,
+        description,
     )

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torchvision.datasets.mnist import read_image_file, read_label_file
 
-from vitkit.data import ImageDataset, load_dataset, sources
-from vitkit.data.sources import EMBEDDED_DIR, read_cifar_bin, read_idx, write_idx
+from vitkit.data import ImageDataset, builtin, load_dataset
+from vitkit.data.builtin import EMBEDDED_DIR, read_cifar_bin, read_idx, write_idx
 
 FULL_DIR = Path("/usr/share/datasets/fashion-mnist")
 
@@ -23,8 +23,8 @@ def isolated(monkeypatch, tmp_path):
     monkeypatch.delenv("VITKIT_DATA", raising=False)
     monkeypatch.delenv("VITKIT_EMBEDDED", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(sources, "SYSTEM_FASHION_DIR", tmp_path / "no-system-copy")
-    monkeypatch.setattr(sources, "_online", lambda url: False)
+    monkeypatch.setattr(builtin, "SYSTEM_FASHION_DIR", tmp_path / "no-system-copy")
+    monkeypatch.setattr(builtin, "_online", lambda url: False)
 
 
 def gunzip(src: Path, dst: Path) -> Path:
@@ -39,7 +39,7 @@ def write_fashion(directory: Path, split: str = "train", n: int = 20, gz: bool =
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
-    image_stem, label_stem = sources.FASHION_FILES[split]
+    image_stem, label_stem = builtin.FASHION_FILES[split]
     suffix = ".gz" if gz else ""
     write_idx(directory / f"{image_stem}{suffix}", images)
     write_idx(directory / f"{label_stem}{suffix}", np.arange(n, dtype=np.uint8) % 10)
@@ -66,7 +66,7 @@ def test_embedded_subset_is_first_n_per_class_of_the_official_files():
     assert train.images.shape == (4000, 1, 28, 28) and len(test) == 1000
     assert torch.bincount(train.labels).tolist() == [400] * 10
     assert torch.bincount(test.labels).tolist() == [100] * 10
-    assert "embedded subset (4000 images)" in train.source
+    assert "embedded subset (4000 images)" in train.description
     if not (FULL_DIR / "train-labels-idx1-ubyte.gz").exists():
         pytest.skip("full Fashion-MNIST not installed (apt-get install dataset-fashion-mnist)")
     labels = read_idx(FULL_DIR / "t10k-labels-idx1-ubyte.gz")
@@ -119,26 +119,26 @@ def test_data_dir_comes_before_env_and_is_reported(tmp_path, monkeypatch):
     assert isinstance(ds, ImageDataset) and len(ds) == 20
     assert torch.equal(ds.images[:, 0], torch.from_numpy(mine))
     assert ds.labels.dtype == torch.int64 and ds.classes[0] == "T-shirt/top"
-    assert ds.source == f"Fashion-MNIST train, full set (20 images) from {tmp_path / 'mine'}"
+    assert ds.description == f"Fashion-MNIST train, full set (20 images) from {tmp_path / 'mine'}"
     assert len(load_dataset("fashion_mnist", "train")) == 30  # falls to $VITKIT_DATA
 
 
 def test_raw_files_and_torchvision_layout_are_found(tmp_path):
     write_fashion(tmp_path / "FashionMNIST" / "raw", split="test", n=10, gz=False)
-    assert "full set (10 images)" in load_dataset("fashion_mnist", "test", str(tmp_path)).source
+    assert "full set (10 images)" in load_dataset("fashion_mnist", "test", str(tmp_path)).description
 
 
 def test_embedded_is_forced_by_env(tmp_path, monkeypatch):
     write_fashion(tmp_path, n=20)
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")
     ds = load_dataset("fashion_mnist", "train", str(tmp_path))
-    assert len(ds) == 4000 and "embedded subset" in ds.source and "VITKIT_EMBEDDED" in ds.source
+    assert len(ds) == 4000 and "embedded subset" in ds.description and "VITKIT_EMBEDDED" in ds.description
 
 
 def test_offline_without_data_falls_back_to_embedded_and_says_so():
     with pytest.warns(UserWarning, match="embedded subset"):
         ds = load_dataset("fashion_mnist", "test")
-    assert len(ds) == 1000 and "embedded subset" in ds.source and "offline" in ds.source
+    assert len(ds) == 1000 and "embedded subset" in ds.description and "offline" in ds.description
 
 
 def test_full_required_offline_lists_places_and_how_to_get_it(tmp_path):
@@ -147,7 +147,7 @@ def test_full_required_offline_lists_places_and_how_to_get_it(tmp_path):
     message = str(info.value)
     for place in (
         tmp_path / "here",
-        sources.SYSTEM_FASHION_DIR,
+        builtin.SYSTEM_FASHION_DIR,
         tmp_path / "cache" / "vitkit" / "fashion-mnist",
     ):
         assert str(place) in message
@@ -162,16 +162,16 @@ def test_online_download_goes_to_data_dir_with_md5(tmp_path, monkeypatch):
         Path(root).mkdir(parents=True, exist_ok=True)
         shutil.copy(EMBEDDED_DIR / filename.replace("train", "t10k"), Path(root) / filename)
 
-    monkeypatch.setattr(sources, "_online", lambda url: True)
-    monkeypatch.setattr(sources, "download_url", fake_download)
+    monkeypatch.setattr(builtin, "_online", lambda url: True)
+    monkeypatch.setattr(builtin, "download_url", fake_download)
     ds = load_dataset("fashion_mnist", "train", str(tmp_path / "dl"))
-    assert ds.source == f"Fashion-MNIST train, full set (1000 images) downloaded to {tmp_path / 'dl'}"
+    assert ds.description == f"Fashion-MNIST train, full set (1000 images) downloaded to {tmp_path / 'dl'}"
     assert [c[2] for c in calls] == ["8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe"]
 
     def corrupted(url, root, filename, md5):
         raise RuntimeError("File not found or corrupted.")
 
-    monkeypatch.setattr(sources, "download_url", corrupted)
+    monkeypatch.setattr(builtin, "download_url", corrupted)
     with pytest.raises(ValueError, match="t10k-images-idx3-ubyte.gz.*MD5"):
         load_dataset("fashion_mnist", "test", str(tmp_path / "dl2"))
 
@@ -198,7 +198,7 @@ def test_cifar10_bin_reader_and_train_batches(tmp_path):
     assert ds.images.shape == (10, 3, 32, 32)
     assert torch.equal(ds.images, torch.from_numpy(np.concatenate(expected)))
     assert ds.labels.tolist() == [1, 9, 2, 9, 3, 9, 4, 9, 5, 9]
-    assert ds.classes[9] == "truck" and "CIFAR-10 train (10 images)" in ds.source
+    assert ds.classes[9] == "truck" and "CIFAR-10 train (10 images)" in ds.description
 
 
 def test_cifar100_uses_fine_labels(tmp_path):
