@@ -1,11 +1,21 @@
-"""Progress of a run: a tqdm bar (loss, lr, images/s, ETA) on a terminal, plain log lines otherwise (CI)."""
+"""Progress of a run: a tqdm bar (loss, lr, images/s, ETA) on a terminal, plain log lines otherwise (CI), and the
+run's log around it (RunLog)."""
 
 from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
+import torch
 from tqdm import tqdm
+
+from vitkit.collectives import world
+from vitkit.train.recipe import TrainSection
+from vitkit.train.report import MetricsLog, format_metrics
+from vitkit.train.step import PendingLosses
+from vitkit.train.timing import StepSplit
 
 
 class Progress:
@@ -59,3 +69,70 @@ class Progress:
 def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     return f"{minutes}m{secs:02d}s"
+
+
+class RunLog:
+    """What a run tells as it goes, on rank 0: the progress bar (loss, learning rate, images/s, data wait),
+    metrics.jsonl and TensorBoard (vitkit.train.report.MetricsLog), and each skipped image once. It holds the
+    losses a CUDA step leaves unread (PendingLosses) until a log step or a checkpoint reads them."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        train: TrainSection,
+        start_step: int,
+        resumed: bool,
+        device: torch.device,
+        skipped: list[str],
+    ) -> None:
+        self.train, self.rank = train, world()[0]
+        self.metrics = (
+            MetricsLog(run_dir, resume_step=start_step if resumed else None) if self.rank == 0 else None
+        )
+        self.progress = Progress(train.steps, start_step, train.log_every, enabled=self.rank == 0)
+        self.losses, self.split = PendingLosses(device), StepSplit(device)
+        self.reported = set(skipped)  # each image once; report.json counts how often it was met
+        self.window_start, self.window_images, self.images_per_second = time.perf_counter(), 0, 0.0
+
+    def is_log_step(self, done: int) -> bool:
+        return done % self.train.log_every == 0 or done == self.train.steps
+
+    def step(self, done: int, loss: torch.Tensor, lr: float, skipped: list[str]) -> None:
+        """Step `done` (1-based) trained: its loss is logged when read (at once on CPU; on CUDA, one host sync at
+        log steps and before checkpoints), a non-finite one raising NonFiniteLoss."""
+        self.losses.append(done, loss, lr)
+        for line in skipped:
+            if line not in self.reported:
+                self.reported.add(line)
+                self.write(f"step {done}: skipped unreadable image {line}")
+        self.window_images += self.train.batch_size
+        if self.is_log_step(done):
+            now = time.perf_counter()
+            self.images_per_second = self.window_images / (now - self.window_start)
+            self.window_start, self.window_images = now, 0
+        if self.is_log_step(done) or done % self.train.checkpoint_every == 0 or not self.losses.deferred:
+            for logged, value, rate in self.losses.read():
+                self.log({"step": logged, "train_loss": value, "lr": rate})
+                self.progress.update(logged, value, rate, self.images_per_second, self.split.share("data"))
+
+    def evaluations(self, done: int, evaluations: dict[str, float], wall_seconds: float) -> None:
+        if evaluations:
+            self.log({"step": done, "wall_seconds": wall_seconds, **evaluations})
+            self.write(f"step {done}: {format_metrics(evaluations)}")
+
+    def log(self, record: dict[str, Any]) -> None:
+        if self.metrics is not None:
+            self.metrics.log(record)
+
+    def write(self, line: str) -> None:
+        self.progress.write(line)
+
+    def flush(self) -> None:
+        """Every record so far durable, before a checkpoint claims its step."""
+        if self.metrics is not None:
+            self.metrics.flush()
+
+    def close(self) -> None:
+        self.progress.close()
+        if self.metrics is not None:
+            self.metrics.close()

@@ -38,12 +38,11 @@ from vitkit.train.distributed import (
     shard_model,
 )
 from vitkit.train.objectives import objective_for
-from vitkit.train.progress import Progress
+from vitkit.train.progress import RunLog
 from vitkit.train.provenance import record_start, start_record
 from vitkit.train.recipe import RECIPE_NAME, RunConfig
 from vitkit.train.rundir import RunDirLock, create_run_dir, open_run_dir
-from vitkit.train.step import NonFiniteLoss, PendingLosses
-from vitkit.train.timing import StepSplit
+from vitkit.train.step import NonFiniteLoss
 
 
 def train(
@@ -134,59 +133,28 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train from the step the run is at to train.steps, evaluating and checkpointing on the way; then the
         final evaluation, final/ and report.json (rank 0; the other ranks return {})."""
-        t, data, start_step = self.config.train, self.data, self.state["step"]
-        resume_step = start_step if self.saved else None
-        metrics = report.MetricsLog(self.run_dir, resume_step=resume_step) if self.rank == 0 else None
-        progress = Progress(t.steps, start_step, t.log_every, enabled=self.rank == 0)
-        progress.write(
-            f"{'resuming at step ' + str(start_step) if self.saved else 'training'}: {self.describe()}; data: "
-            f"{data.train.description} ({len(data.train)} train / {len(data.test)} test, {data.steps_per_epoch(t)} "
-            f"steps per epoch); device {self.device}; precision {self.precision}; run directory {self.run_dir}"
-        )
+        t, start_step = self.config.train, self.state["step"]
+        log = RunLog(self.run_dir, t, start_step, self.saved is not None, self.device, self.train_skipped)
+        log.write(self.describe(start_step))
         clock = time.perf_counter() - self.state["wall_seconds"]
         train_seconds = self.state["train_seconds"]
-        window_start, window_images, images_per_second = time.perf_counter(), 0, 0.0
-        losses, split = PendingLosses(self.device), StepSplit(self.device)
-        reported = set(self.train_skipped)
         self.model.train()
         try:
             for step in range(start_step, t.steps):
                 shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
                 done = step + 1
-                log_step = done % t.log_every == 0 or done == t.steps
                 step_start = time.perf_counter()
                 try:
-                    loss, lr, skipped = self.step(step, split if log_step else None)
-                    losses.append(done, loss, lr)
-                    # On CUDA the losses are read (one host sync) at log steps and before every checkpoint only.
-                    read_now = log_step or done % t.checkpoint_every == 0 or not losses.deferred
-                    logged = losses.read() if read_now else []
+                    loss, lr, skipped = self.step(step, log.split if log.is_log_step(done) else None)
+                    log.step(done, loss, lr, skipped)
                 except NonFiniteLoss as error:
                     raise NonFiniteLoss(f"{error} ({last_good_checkpoint(self.run_dir)})") from None
                 self.train_skipped += skipped
-                for line in skipped:
-                    if line not in reported:  # each image once; report.json counts how often it was met
-                        reported.add(line)
-                        progress.write(f"step {done}: skipped unreadable image {line}")
                 train_seconds += time.perf_counter() - step_start
-                window_images += t.batch_size
-                if log_step:
-                    images_per_second = window_images / (time.perf_counter() - window_start)
-                    window_start, window_images = time.perf_counter(), 0
-                for logged_step, value, rate in logged:
-                    if metrics is not None:
-                        metrics.log({"step": logged_step, "train_loss": value, "lr": rate})
-                    progress.update(logged_step, value, rate, images_per_second, split.share("data"))
                 evaluations = self.measure([e for e in self.all_evaluators() if due(e, done, t.steps)])
-                if evaluations:
-                    if metrics is not None:
-                        metrics.log(
-                            {"step": done, "wall_seconds": time.perf_counter() - clock, **evaluations}
-                        )
-                    progress.write(f"step {done}: {report.format_metrics(evaluations)}")
+                log.evaluations(done, evaluations, time.perf_counter() - clock)
                 if done % t.checkpoint_every == 0 or done == t.steps:
-                    if metrics is not None:
-                        metrics.flush()
+                    log.flush()
                     self.save(done, time.perf_counter() - clock, train_seconds)
             self.step.batches.close()  # the training workers stop before evaluation starts its own
             if self.device.type == "cpu" and t.keep_freed_memory:
@@ -196,34 +164,31 @@ class Trainer:
             final_model = full_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
             train_skipped = all_ranks(self.train_skipped)
             evaluated_skipped = [all_ranks(e.skipped) for e in [self.test_evaluator, *self.evaluators]]
-            if metrics is None:
+            if self.rank != 0:
                 return {}
-            metrics.log({"step": t.steps, "wall_seconds": wall, **evaluations})
+            log.log({"step": t.steps, "wall_seconds": wall, **evaluations})
         finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.shutdown)
             shutdown.bounded("the data loader workers", self.step.batches.close)
-            progress.close()
-            if metrics is not None:
-                metrics.close()
+            log.close()
+        skipped = train_skipped + [line for lines in evaluated_skipped for line in lines]
         summary = {
             **evaluations,
             "steps": t.steps,
             "world_size": self.world_size,
             "wall_seconds": wall,
             **self.precision.record(),
-            "step_seconds": split.per_step(),
-            "data_wait_share": split.share("data"),
-            "skipped_images": report.count_skipped(
-                train_skipped + [line for s in evaluated_skipped for line in s]
-            ),
-            "test_images": len(data.test)
-            - len(set(evaluated_skipped[0])),  # a skipped image is not evaluated
+            "step_seconds": log.split.per_step(),
+            "data_wait_share": log.split.share("data"),
+            "skipped_images": report.count_skipped(skipped),
+            "test_images": len(self.data.test)
+            - len(set(evaluated_skipped[0])),  # a skipped one is not evaluated
             "start": self.start,
         }
-        if data.validation is not None:
-            summary |= {"val_data": data.validation.description, "val_images": len(data.validation)}
+        if self.data.validation is not None:
+            summary |= {"val_data": self.data.validation.description, "val_images": len(self.data.validation)}
         assert final_model is not None  # rank 0, the one that reaches here
         return report.finish(self.run_dir, self.config, self.objective.exported(final_model), summary,
-                             self.test_evaluator.confusion, data.train, data.test, train_seconds)  # fmt: skip
+                             self.test_evaluator.confusion, self.data.train, self.data.test, train_seconds)  # fmt: skip
 
     def all_evaluators(self) -> list[Evaluator]:
         """The objective's (every rank) and few-shot (rank 0), test first."""
@@ -245,12 +210,20 @@ class Trainer:
         }
         self.checkpoints.save(step, self.model, self.optimizer, self.ema, state)
 
-    def describe(self) -> str:
-        model, cfg = self.model, self.model.config
+    def describe(self, start_step: int) -> str:
+        """The run's opening line: model, task, data, device, precision, run directory."""
+        model, cfg, data = self.model, self.model.config, self.data
         size = "x".join(str(s) for s in cfg.input_size[1:])
         name = type(self.objective.exported(model)).__name__
-        task = self.objective.task(model)
-        return f"{name} {count_parameters(model) / 1e6:.2f}M parameters at {size}, {task}"
+        what = (
+            f"{name} {count_parameters(model) / 1e6:.2f}M parameters at {size}, {self.objective.task(model)}"
+        )
+        return (
+            f"{f'resuming at step {start_step}' if self.saved else 'training'}: {what}; data: "
+            f"{data.train.description} ({len(data.train)} train / {len(data.test)} test, "
+            f"{data.steps_per_epoch(self.config.train)} steps per epoch); device {self.device}; precision "
+            f"{self.precision}; run directory {self.run_dir}"
+        )
 
 
 def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
