@@ -288,7 +288,7 @@ def tabulate_final(runs: dict[str, list[Path]], args: argparse.Namespace) -> Pat
 
 def main(argv: list[str] | None = None) -> Path:
     p = vit_budget.parser(__doc__.splitlines()[0], "runs/small_data")
-    p.add_argument("--short-minutes", type=float, default=3.0, help="budget of each grid run (default 3)")
+    p.add_argument("--short-minutes", type=float, default=2.0, help="budget of each grid run (default 2)")
     p.add_argument("--budget-minutes", type=float, default=30.0, help="budget of each final run (default 30)")
     p.add_argument(
         "--probe-steps", type=int, default=100, help="steps of the shorter speed probe (n, then 2n)"
