@@ -12,7 +12,7 @@ from torch import nn
 
 from vitkit.collectives import all_reduce_sum, world
 from vitkit.data import Source, eval_batches
-from vitkit.models import as_model, unwrap_model
+from vitkit.models import as_model
 from vitkit.models.config import to_pair
 
 
@@ -44,7 +44,7 @@ def evaluate(
     Images a lazy source skips as unreadable (data.on_corrupt='skip') are left out of the counts."""
     device = torch.device(device) if device is not None else next(model.parameters()).device
     num_classes = len(dataset.classes)
-    config = as_model(unwrap_model(model)).config  # `model` may be compiled
+    config = as_model(model).config  # `model` may be compiled
     model_classes = config.num_classes
     if model_classes != num_classes:
         raise ValueError(

@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from vitkit.data import eval_transform, gather_images
-from vitkit.models import as_model, unwrap_model
+from vitkit.models import as_model
 
 BIAS_CONSTANT = 100.0
 STD_EPS = 1e-5
@@ -274,7 +274,7 @@ def extract_features(
     returned as float32."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    net = as_model(unwrap_model(model))
+    net = as_model(model)
     config = net.config
     images = torch.as_tensor(images)
     param = next(net.parameters(), None)
