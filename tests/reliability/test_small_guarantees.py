@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, Dataset
 from tiny_run import TINY
 from vitkit import cli
 from vitkit.data.pipeline import next_batch
+from vitkit.evaluate.confusion import plot_confusion
 from vitkit.storage import save_state_dict
-from vitkit.train.report import plot_confusion
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
