@@ -85,7 +85,10 @@ def test_inference_precision_measures_the_models_forward(monkeypatch):
     seen = []
     model.register_forward_hook(lambda m, args, out: seen.append((args[0].shape, out.dtype)))
     chosen = inference_precision("auto", model, batch_size=100)
-    assert chosen.name in ("bf16", "fp32") and "per call of a forward pass at batch 32" in chosen.reason
+    key = ("inference", precision.model_signature(model), (32, 1, 8, 8), "cpu")
+    (fp32_s, bf16_s), _ = precision.stored_seconds(key)  # what it measured, kept for later calls
+    assert chosen.name == ("bf16" if bf16_s < fp32_s else "fp32")
+    assert "per call of a forward pass at batch 32" in chosen.reason
     assert {(torch.Size([32, 1, 8, 8]), torch.bfloat16), (torch.Size([32, 1, 8, 8]), torch.float32)} <= set(
         seen
     )
@@ -155,9 +158,14 @@ def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):
     assert "flags avx2 fma: no native bf16 units" in environment()
     fake_cpu(monkeypatch, AMX_LIKE)
     assert "flags avx2 fma avx512f avx512_bf16 amx_bf16: native bf16" in environment()
-    assert auto_row(model, 8)["implementation"].startswith(
-        "auto picks "
-    )  # measured: either, with the timings
+    row = auto_row(model, 8)
+    (fp32_s, bf16_s), _ = precision.stored_seconds(
+        ("inference", precision.model_signature(model), (8, 3, 16, 16), "cpu")
+    )
+    picked = "bf16" if bf16_s < fp32_s else "fp32"  # measured: the faster one, with the timings
+    assert row["precision"] == picked and row["implementation"].startswith(
+        f"auto picks {picked} on cpu: CPU with"
+    )
     assert bench_dtypes("both") == {"fp32": None, "bf16": torch.bfloat16} and bench_dtypes("fp32") == {
         "fp32": None
     }
