@@ -11,7 +11,7 @@ from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
 from vitkit.bench.training import Workload
-from vitkit.models import ViTConfig, build_model, create_model
+from vitkit.models import ViTConfig, build_model
 from vitkit.precision import Precision, choose_precision, inference_precision
 
 AMX_LIKE = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # Sapphire Rapids
@@ -135,20 +135,16 @@ def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
 
 
 @needs_cuda
-def test_cuda_inference_runs_in_bf16_and_records_the_gpu():
-    model = create_model(
-        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32
-    ).cuda()
+def test_cuda_inference_runs_in_bf16_and_records_the_gpu(tiny_vit):
+    model = tiny_vit().cuda()
     chosen = inference_precision("auto", model, batch_size=8)
     assert chosen.name == "bf16" and chosen.record()["device"].startswith("cuda:")
     with chosen.autocast():
         assert model(torch.randn(8, 3, 16, 16, device="cuda")).dtype == torch.bfloat16
 
 
-def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):
-    model = create_model(
-        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32
-    )
+def test_bench_tables_say_what_auto_picks_and_why(monkeypatch, tiny_vit):
+    model = tiny_vit()
     fake_cpu(monkeypatch, ZEN3_LIKE)
     row = auto_row(model, 8)
     assert row["precision"] == "fp32"
