@@ -156,9 +156,8 @@ def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[n
     """`torch.compile(model)` with inductor's weight freezing for the block (the model itself without `compile`).
 
     Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout and
-    fuses the bias and GELU into the matrix products: on 2 cores of an AMX Xeon it raises ViT-B/16 in bf16 at
-    batch 8 from 56-57% to 60-70% of the bf16 GEMM ceiling (docs/PRECISION.md); compiling without freezing did
-    not. The weights must not change inside the block, and the first call of each input shape compiles (seconds
+    fuses the bias and GELU into the matrix products, which compiling without freezing does not (docs/PRECISION.md
+    has the figures). The weights must not change inside the block, and the first call of each input shape compiles (seconds
     to a minute): it pays for many batches, not for a few images. Inference only: freezing applies to graphs run
     without gradients.
     """
