@@ -1,6 +1,6 @@
 """torch's fused attention kernel against two batched matrix products and a softmax (vitkit's unfused path), in
 fp32 and in bf16, without gradients and forward+backward, side by side on this CPU: what
-`vitkit.models.vit.fused_attention_pays` decides from. Two layers: one of ViT-S/16 at batch 8 (197 tokens, 6 heads
+`vitkit.models.vit.Attention.fused_pays` decides from. Two layers: one of ViT-S/16 at batch 8 (197 tokens, 6 heads
 of 64) and one of the Fashion-MNIST recipe's model at its batch of 128 (49 tokens, 3 heads of 32).
 
     python benchmarks/cpu_attention_kernels.py [--threads 2] [--rounds 15]

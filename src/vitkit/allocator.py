@@ -4,11 +4,12 @@ it back where a process must stay small.
 PyTorch's CPU tensors come from the C library's malloc. glibc serves large blocks (over 128 KiB, a threshold it
 raises to at most 32 MiB as it goes) with fresh mmap pages and hands freed memory at the top of its heap back to
 the OS, so every step of a training loop faults its activations and gradients in again, page by page, each page
-zeroed by the kernel: thousands of page faults per step of the default Fashion-MNIST model, and a measurably
-faster step without them (`python benchmarks/page_faults.py` measures both; docs/BENCHMARKS.md has the figures). The engine's `TrainStep` therefore raises both
-thresholds on CPU (recipe switch `train.keep_freed_memory`, on by default), which is what setting
-MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ before start-up does (PyTorch's CPU tuning guide recommends a caching allocator, jemalloc or tcmalloc, for the same reason). The
-process then keeps its peak heap, like torch.cuda's caching allocator, instead of returning it after each step.
+zeroed by the kernel, and a step without those page faults is faster (`python benchmarks/page_faults.py` counts
+and times both; docs/BENCHMARKS.md has the figures). The engine's `TrainStep` therefore raises both thresholds
+on CPU (recipe switch `train.keep_freed_memory`, on by default), which is what setting MALLOC_MMAP_THRESHOLD_
+and MALLOC_TRIM_THRESHOLD_ before start-up does (PyTorch's CPU tuning guide recommends a caching allocator,
+jemalloc or tcmalloc, for the same reason). The process then keeps its peak heap, like torch.cuda's caching
+allocator, instead of returning it after each step.
 
 glibc also adapts on its own: once a process frees a block above the current threshold (an evaluation pass at
 batch 500 does), the trimming mostly stops. A run that evaluates early therefore gains little (the 30-minute
@@ -16,8 +17,8 @@ recipe, evaluating every 1,000 steps: the same wall time within the machine's dr
 (the default recipe) gains on every step. Tuning at the start makes the step's speed independent of that history.
 
 A process that keeps its peak heap must not pass it on: DataLoader workers forked from the trainer inherit the
-thresholds and its free heap, and would keep every image buffer they ever held (a worker decoding 224-px batches
-grew from 0.7 to 1.4 GB). `return_freed_memory` restores glibc's fixed default thresholds and trims the heap;
+thresholds and its free heap, and would keep every image buffer they ever held (docs/DATA.md has the memory of a
+run before and after). `return_freed_memory` restores glibc's fixed default thresholds and trims the heap;
 the data pipeline's workers call it when they start, the engine once its training loop is over.
 """
 

@@ -47,7 +47,6 @@ from vitkit.cache import read_record, record_path, write_record
 from vitkit.device import cpu_flags, cpu_model
 from vitkit.models import as_model
 from vitkit.models.config import to_pair
-from vitkit.models.resnet import StdConv2d
 
 PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
@@ -125,17 +124,17 @@ def weights_in(model: nn.Module, dtype: torch.dtype | None) -> Iterator[nn.Modul
 
     The whole forward pass then runs in `dtype`, the residual stream included; autocast alone casts every weight
     at every call and keeps the stream, norms and additions in float32, memory traffic that dominates at small
-    batches (docs/PRECISION.md measures the difference). The official
-    logits stay within the documented bf16 tolerance (tests/precision/test_agreement.py). Weight-standardised
-    convolutions (the hybrid's StdConv2d) keep float32 weights: their standardisation needs float32, and
-    autocast casts the standardised kernel. The cast copies need no gradient: this is for inference only.
-    `dtype` None (float32) changes nothing.
+    batches (docs/PRECISION.md measures the difference). The official logits stay within the documented bf16
+    tolerance (tests/precision/test_agreement.py). Modules that say `keeps_float32_weights` (the hybrid's
+    weight-standardised convolutions) keep them: their standardisation needs float32, and autocast casts the
+    standardised kernel. The cast copies need no gradient: this is for inference only. `dtype` None (float32)
+    changes nothing.
     """
     saved: list[tuple[nn.Module, str, torch.Tensor]] = []
     if dtype is not None:
         copies: dict[int, torch.Tensor] = {}  # a tensor shared by two modules stays shared
         for module in model.modules():
-            if isinstance(module, StdConv2d):
+            if getattr(module, "keeps_float32_weights", False):
                 continue
             tensors = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
             for name, tensor in tensors:
@@ -160,9 +159,8 @@ def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[n
     """`torch.compile(model)` with inductor's weight freezing for the block (the model itself without `compile`).
 
     Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout and
-    fuses the bias and GELU into the matrix products: on 2 cores of an AMX Xeon it raises ViT-B/16 in bf16 at
-    batch 8 from 56-57% to 60-70% of the bf16 GEMM ceiling (docs/PRECISION.md); compiling without freezing did
-    not. The weights must not change inside the block, and the first call of each input shape compiles (seconds
+    fuses the bias and GELU into the matrix products, which compiling without freezing does not (docs/PRECISION.md
+    has the figures). The weights must not change inside the block, and the first call of each input shape compiles (seconds
     to a minute): it pays for many batches, not for a few images. Inference only: freezing applies to graphs run
     without gradients.
     """

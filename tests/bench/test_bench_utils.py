@@ -3,12 +3,14 @@ weights computing the same logits. Functional only -- nothing here asserts a spe
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 import vitkit
 from vitkit.bench import memory, timing
 from vitkit.bench.peers import build_peer, check_same_outputs
 from vitkit.bench.table import format_table
 
+SMALL = dict(img_size=28, gemm_size=64)  # 49 tokens and a small ceiling: the rows, not the speed, are tested
 TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10)
 
 
@@ -37,10 +39,12 @@ def test_medians_rates_and_paired_ratios():
     assert timing.paired_ratio({"a": a, "c": c}, "c", "a") == 1.0
 
 
-def test_gemm_candidate_counts_flops():
-    fn, flops = timing.gemm_candidate(n=64, calls=2)
-    fn()
-    assert flops == 2 * 64**3 * 2
+@pytest.mark.parametrize("n,calls", [(64, 2), (48, 3)])
+def test_gemm_candidate_counts_the_flops_torch_counts(n, calls):
+    fn, flops = timing.gemm_candidate(n=n, calls=calls)
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    assert flops == counter.get_total_flops()
 
 
 def test_peak_of_events_is_the_high_water_mark_of_the_running_sum():
@@ -181,7 +185,7 @@ def test_inference_bench_times_vitkits_bf16_path_beside_autocast_alone(monkeypat
         return run
 
     monkeypatch.setattr(inference, "forward_call", spy)
-    rows = inference.inference_vs_peers("ViT-Mini/4", 2, peers=["timm"], rounds=1, precision="both")
+    rows = inference.inference_vs_peers("ViT-Mini/4", 2, peers=["timm"], rounds=1, precision="both", **SMALL)
     names = [(row["implementation"], row["precision"]) for row in rows if "images/s" in row]
     assert names == [
         ("vitkit", "fp32"),
@@ -199,8 +203,8 @@ def test_inference_bench_credits_each_implementation_with_the_flops_it_performs(
     from vitkit.bench import inference
     from vitkit.bench.candidates import bench_model, forward_flops
 
-    rows = inference.inference_vs_peers("ViT-Mini/4", 2, peers=["timm"], rounds=1, precision="bf16")
-    model = bench_model("ViT-Mini/4")
+    rows = inference.inference_vs_peers("ViT-Mini/4", 2, peers=["timm"], rounds=1, precision="bf16", **SMALL)
+    model = bench_model("ViT-Mini/4", SMALL["img_size"])
     x = torch.zeros(2, *model.config.input_size)
     own, every_token = forward_flops(model, x) / 2e9, forward_flops(model, x, every_token=True) / 2e9
     assert own < every_token

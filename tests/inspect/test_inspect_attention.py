@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-import vitkit
 from vitkit.inspect import (
     attention_distance,
     attention_maps,
@@ -19,21 +18,6 @@ from vitkit.inspect import (
     rollout_masks,
     rollout_to_patches,
 )
-
-
-def tiny(**overrides) -> torch.nn.Module:
-    cfg = {
-        "img_size": 16,
-        "patch_size": 4,
-        "hidden_size": 16,
-        "depth": 2,
-        "num_heads": 2,
-        "mlp_dim": 32,
-        "num_classes": 3,
-    }
-    cfg.update(overrides)
-    torch.manual_seed(0)
-    return vitkit.create_model("ViT-Ti/16", **cfg).eval()
 
 
 def brute_mean_pairwise(grid: tuple[int, int], stride: float) -> float:
@@ -116,8 +100,8 @@ def test_distance_shape_errors():
 
 
 @pytest.mark.parametrize("classifier", ["token", "gap"])
-def test_attention_maps_of_a_model(classifier):
-    model = tiny(classifier=classifier)
+def test_attention_maps_of_a_model(classifier, tiny_vit):
+    model = tiny_vit(classifier=classifier)
     model.train()
     x = torch.randn(3, 3, 16, 16)
     maps = attention_maps(model, x)
@@ -130,8 +114,8 @@ def test_attention_maps_of_a_model(classifier):
     assert torch.allclose(masks.sum((1, 2)), torch.ones(3, dtype=torch.float64))
 
 
-def test_hybrid_distances_are_in_input_pixels():
-    model = tiny(img_size=32, patch_size=1, resnet_layers=(1,), resnet_width=0.5)
+def test_hybrid_distances_are_in_input_pixels(tiny_vit):
+    model = tiny_vit(img_size=32, patch_size=1, resnet_layers=(1,), resnet_width=0.5)
     assert model.config.input_stride == 4 and model.config.grid_size == (8, 8)
     x = torch.randn(2, 3, 32, 32)
     result = inspect_model(model, x, batch_size=1)
@@ -145,8 +129,8 @@ def test_hybrid_distances_are_in_input_pixels():
     assert d.shape == (2, 2) and torch.all(d > 0) and torch.all(d < 32 * math.sqrt(2))
 
 
-def test_inspect_model_batches_agree():
-    model = tiny()
+def test_inspect_model_batches_agree(tiny_vit):
+    model = tiny_vit()
     x = torch.randn(5, 3, 16, 16)
     one = inspect_model(model, x, batch_size=5, rollout_images=5)
     many = inspect_model(model, x, batch_size=2, rollout_images=5)

@@ -6,24 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-import vitkit
 from vitkit.inspect import filter_components, position_embedding_table, position_similarity
 from vitkit.inspect.figures import component_image
-
-
-def tiny(**overrides) -> torch.nn.Module:
-    cfg = {
-        "img_size": 16,
-        "patch_size": 4,
-        "hidden_size": 32,
-        "depth": 1,
-        "num_heads": 2,
-        "mlp_dim": 32,
-        "num_classes": 3,
-    }
-    cfg.update(overrides)
-    torch.manual_seed(0)
-    return vitkit.create_model("ViT-Ti/16", **cfg).eval()
 
 
 @pytest.mark.parametrize("shape,k", [((40, 3, 4, 4), 28), ((10, 1, 3, 3), 28), ((64, 3, 2, 2), 5)])
@@ -55,8 +39,8 @@ def test_component_images():
     assert img.min() == 0 and img.max() == 1
 
 
-def test_learned_1d_similarity_excludes_class_token():
-    model = tiny()
+def test_learned_1d_similarity_excludes_class_token(tiny_vit):
+    model = tiny_vit()
     table, grid = position_embedding_table(model)
     assert grid == (4, 4) and table.shape == (16, 32)
     assert torch.equal(table, model.pos_embed.weight[0, 1:].detach())
@@ -67,17 +51,17 @@ def test_learned_1d_similarity_excludes_class_token():
     assert torch.allclose(sim.reshape(16, 16), sim.reshape(16, 16).T)
 
 
-def test_learned_2d_table_matches_what_the_model_adds():
-    model = tiny(pos_embed="learned_2d", classifier="gap")
+def test_learned_2d_table_matches_what_the_model_adds(tiny_vit):
+    model = tiny_vit(pos_embed="learned_2d", classifier="gap")
     table, _ = position_embedding_table(model)
     added = model.pos_embed(torch.zeros(1, 16, 32), (4, 4))[0]
     assert torch.allclose(table, added)
     assert position_similarity(model).shape == (4, 4, 4, 4)
 
 
-def test_sincos_is_drawn_and_none_relative_are_not():
-    sincos = tiny(pos_embed="sincos")
+def test_sincos_is_drawn_and_none_relative_are_not(tiny_vit):
+    sincos = tiny_vit(pos_embed="sincos")
     table, _ = position_embedding_table(sincos)
     assert torch.allclose(table, sincos.pos_embed.table((4, 4), torch.device("cpu"), torch.float32)[0, 1:])
-    assert position_similarity(tiny(pos_embed="none")) is None
-    assert position_similarity(tiny(pos_embed="relative")) is None
+    assert position_similarity(tiny_vit(pos_embed="none")) is None
+    assert position_similarity(tiny_vit(pos_embed="relative")) is None

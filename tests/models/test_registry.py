@@ -89,3 +89,19 @@ def test_flops_of_vit_b16_include_attention():
     assert every_token / 1e9 == pytest.approx(35.13, abs=0.01)
     skipped = 196 * 2 * (768 * 768 + 768 * 768 + 2 * 768 * 3072) + 196 * 2 * (2 * 197 * 768)
     assert every_token - count_flops(model, (3, 224, 224)) == skipped
+
+
+def test_as_model_finds_the_model_inside_its_wrappers():
+    """The model itself, from under DistributedDataParallel (`.module`) and torch.compile (`._orig_mod`), nested
+    either way; any other module is a one-line TypeError."""
+
+    class Parallel(torch.nn.Module):  # DistributedDataParallel's shape without a process group
+        def __init__(self, module: torch.nn.Module) -> None:
+            super().__init__()
+            self.module = module
+
+    model = vitkit.create_model("ViT-Ti/16", depth=1, img_size=32, num_classes=3)
+    for wrapped in (model, Parallel(model), torch.compile(model), Parallel(torch.compile(model))):
+        assert vitkit.models.as_model(wrapped) is model
+    with pytest.raises(TypeError, match="^Linear is not a vitkit model"):
+        vitkit.models.as_model(Parallel(torch.nn.Linear(2, 3)))

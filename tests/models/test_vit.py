@@ -1,5 +1,6 @@
 """The Vision Transformer: Eq. 1-4, both attention paths, input checks, init, head and training switches."""
 
+import functools
 import math
 
 import pytest
@@ -13,9 +14,10 @@ TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp
 POS_EMBEDS = ["none", "learned", "learned_2d", "sincos", "relative"]
 
 
-def tiny(**overrides):
-    torch.manual_seed(0)
-    return vitkit.create_model("ViT-B/16", **{**TINY, **overrides})
+@pytest.fixture
+def tiny(tiny_vit):
+    """The shared tiny ViT at this file's size: 32 px in 8x8 patches, width 48 in 3 heads, 10 classes."""
+    return functools.partial(tiny_vit, **TINY)
 
 
 def randomise_head(model):
@@ -26,7 +28,7 @@ def randomise_head(model):
 
 @pytest.mark.parametrize("pos_embed", POS_EMBEDS)
 @pytest.mark.parametrize("classifier", ["token", "gap"])
-def test_sdpa_and_explicit_attention_agree(pos_embed, classifier):
+def test_sdpa_and_explicit_attention_agree(pos_embed, classifier, tiny):
     model = randomise_head(tiny(pos_embed=pos_embed, classifier=classifier)).eval()
     x = torch.randn(2, 3, 32, 32)
     with torch.no_grad():
@@ -40,7 +42,7 @@ def test_sdpa_and_explicit_attention_agree(pos_embed, classifier):
 
 
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_logits_take_the_last_layer_for_the_class_token_alone(checkpointing):
+def test_logits_take_the_last_layer_for_the_class_token_alone(checkpointing, tiny):
     """Eq. 4 reads z_L^0 only: the logits and every gradient match the path that encodes every token, while the
     last layer's MLP sees one token per image."""
     model = randomise_head(tiny(pos_embed="relative"))
@@ -59,7 +61,7 @@ def test_logits_take_the_last_layer_for_the_class_token_alone(checkpointing):
         torch.testing.assert_close(grad, expected, rtol=1e-4, atol=1e-6 * expected.abs().max().item())
 
 
-def test_attention_weights_reproduce_the_layer_output():
+def test_attention_weights_reproduce_the_layer_output(tiny):
     """The explicit maps are the real probabilities: softmax(q k^T / sqrt(d)) recomputed by hand matches."""
     model = tiny().eval()
     x = torch.randn(1, 3, 32, 32)
@@ -72,7 +74,7 @@ def test_attention_weights_reproduce_the_layer_output():
     torch.testing.assert_close(weights, expected)
 
 
-def test_forward_shapes_and_pre_logits():
+def test_forward_shapes_and_pre_logits(tiny):
     model = tiny(representation_size=24).eval()
     x = torch.randn(3, 3, 32, 32)
     encoded = model.forward_features(x)
@@ -82,7 +84,7 @@ def test_forward_shapes_and_pre_logits():
     assert model.forward_head(encoded, pre_logits=True).abs().max() <= 1  # tanh
 
 
-def test_gap_pools_the_mean_of_normalised_tokens():
+def test_gap_pools_the_mean_of_normalised_tokens(tiny):
     model = randomise_head(tiny(classifier="gap")).eval()
     x = torch.randn(2, 3, 32, 32)
     encoded = model.forward_features(x)
@@ -98,12 +100,12 @@ def test_gap_pools_the_mean_of_normalised_tokens():
         ((2, 3, 40, 40), r"differs from the model's img_size \(32, 32\)"),
     ],
 )
-def test_bad_input_names_expected_and_actual(shape, message):
+def test_bad_input_names_expected_and_actual(shape, message, tiny):
     with pytest.raises(ValueError, match=message):
         tiny()(torch.randn(*shape))
 
 
-def test_dynamic_img_size_resamples_on_the_fly():
+def test_dynamic_img_size_resamples_on_the_fly(tiny):
     model = randomise_head(tiny(dynamic_img_size=True)).eval()
     out = model(torch.randn(2, 3, 48, 64))
     assert out.shape == (2, 10)
@@ -112,7 +114,7 @@ def test_dynamic_img_size_resamples_on_the_fly():
     torch.testing.assert_close(model.pos_embed(x, (6, 8)), table.expand(1, -1, -1))
 
 
-def test_config_errors_are_clear():
+def test_config_errors_are_clear(tiny):
     with pytest.raises(ValueError, match="hidden_size 50 must be divisible by num_heads 3"):
         tiny(hidden_size=50)
     with pytest.raises(ValueError, match="pos_embed must be one of"):
@@ -142,7 +144,7 @@ def test_official_initialisation():
     assert model.pre_logits.fc.weight.std().item() == pytest.approx(math.sqrt(1 / 384), rel=0.05)
 
 
-def test_reset_classifier_is_zero_initialised():
+def test_reset_classifier_is_zero_initialised(tiny):
     model = randomise_head(tiny())
     model.reset_classifier(5)
     assert model.head.weight.shape == (5, 48) and model.config.num_classes == 5
@@ -151,7 +153,7 @@ def test_reset_classifier_is_zero_initialised():
     assert model(torch.randn(1, 3, 32, 32)).shape == (1, 48)
 
 
-def test_no_weight_decay_names_biases_norms_posemb_and_cls():
+def test_no_weight_decay_names_biases_norms_posemb_and_cls(tiny):
     names = tiny().no_weight_decay()
     assert {"cls_token", "pos_embed.weight", "norm.weight", "blocks.0.attn.qkv.bias", "head.bias"} <= names
     assert (
@@ -160,12 +162,12 @@ def test_no_weight_decay_names_biases_norms_posemb_and_cls():
     )
 
 
-def test_stochastic_depth_follows_the_linear_rule():
+def test_stochastic_depth_follows_the_linear_rule(tiny):
     model = tiny(depth=5, drop_path=0.2)
     assert [b.drop_path.p for b in model.blocks] == pytest.approx([0.0, 0.05, 0.1, 0.15, 0.2])
 
 
-def test_dropout_is_active_only_in_training():
+def test_dropout_is_active_only_in_training(tiny):
     model = tiny(dropout=0.5, attention_dropout=0.5)
     randomise_head(model)
     x = torch.randn(2, 3, 32, 32)
@@ -175,14 +177,14 @@ def test_dropout_is_active_only_in_training():
     assert torch.equal(model(x), model(x))
 
 
-def test_gradient_checkpointing_recomputes_blocks_and_keeps_gradients():
+def test_gradient_checkpointing_recomputes_blocks_and_keeps_gradients(tiny):
     model = randomise_head(tiny())
     assert_checkpointing_recomputes(model, torch.randn(2, 3, 32, 32), list(model.blocks))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("pos_embed", POS_EMBEDS)
-def test_each_position_embedding_trains(pos_embed):
+def test_each_position_embedding_trains(pos_embed, tiny):
     torch.manual_seed(0)
     x = torch.randn(16, 3, 32, 32)
     y = torch.randint(0, 10, (16,))
@@ -200,7 +202,7 @@ def test_each_position_embedding_trains(pos_embed):
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in position_params)
 
 
-def test_learned_position_embedding_resamples_on_load():
+def test_learned_position_embedding_resamples_on_load(tiny):
     small, large = tiny(), tiny(img_size=48)
     large.load_state_dict(small.state_dict())
     assert isinstance(large.pos_embed, LearnedPositionEmbedding)
@@ -209,7 +211,7 @@ def test_learned_position_embedding_resamples_on_load():
 
 
 @pytest.mark.slow
-def test_torch_compile_runs_on_cpu():
+def test_torch_compile_runs_on_cpu(tiny):
     model = randomise_head(tiny()).eval()
     x = torch.randn(2, 3, 32, 32)
     compiled = torch.compile(model)

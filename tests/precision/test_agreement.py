@@ -76,12 +76,17 @@ def test_bf16_predictions_agree_with_fp32_on_a_confident_model():
 
 def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(monkeypatch):
     """Without AMX tiles torch's fused CPU attention gains nothing from bf16, and its backward is slower than that
-    of two bf16 products and a softmax even with them, so vitkit multiplies in bf16 itself there; every way
-    agrees with float32."""
-    torch.manual_seed(0)
-    model = vitkit.create_model(
-        "ViT-S/16", img_size=32, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128
-    ).eval()
+    of two bf16 products and a softmax even with them, so vitkit multiplies in bf16 itself there; the CPU's
+    flags are read when the model is built; every way agrees with float32."""
+
+    def built_on(flags: frozenset[str]) -> torch.nn.Module:
+        monkeypatch.setattr(vit, "cpu_flags", lambda: flags)
+        torch.manual_seed(0)
+        return vitkit.create_model(
+            "ViT-S/16", img_size=32, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128
+        ).eval()
+
+    models = {flags: built_on(flags) for flags in (WITH_AMX, WITHOUT_AMX)}
     x = torch.randn(4, 3, 32, 32)
     calls = []
     fused = vit.F.scaled_dot_product_attention
@@ -89,10 +94,12 @@ def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(mo
         vit.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k)
     )
     with torch.no_grad():
-        reference = model(x)
+        reference = models[WITH_AMX](x)
     logits = {}
     for flags, grad, fused_calls in ((WITH_AMX, False, 2), (WITHOUT_AMX, False, 0), (WITH_AMX, True, 0)):
-        monkeypatch.setattr(vit, "cpu_flags", lambda flags=flags: flags)
+        model = models[flags]
+        opposite = WITH_AMX if flags == WITHOUT_AMX else WITHOUT_AMX  # flags read now would choose wrongly
+        monkeypatch.setattr(vit, "cpu_flags", lambda opposite=opposite: opposite)
         calls.clear()
         with torch.set_grad_enabled(grad), BF16.autocast():
             logits[flags, grad] = model(x).float().detach()

@@ -11,7 +11,7 @@ from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
 from vitkit.bench.training import Workload
-from vitkit.models import ViTConfig, build_model, create_model
+from vitkit.models import ViTConfig, build_model
 from vitkit.precision import Precision, choose_precision, inference_precision
 
 AMX_LIKE = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # Sapphire Rapids
@@ -85,7 +85,10 @@ def test_inference_precision_measures_the_models_forward(monkeypatch):
     seen = []
     model.register_forward_hook(lambda m, args, out: seen.append((args[0].shape, out.dtype)))
     chosen = inference_precision("auto", model, batch_size=100)
-    assert chosen.name in ("bf16", "fp32") and "per call of a forward pass at batch 32" in chosen.reason
+    key = ("inference", precision.model_signature(model), (32, 1, 8, 8), "cpu")
+    (fp32_s, bf16_s), _ = precision.stored_seconds(key)  # what it measured, kept for later calls
+    assert chosen.name == ("bf16" if bf16_s < fp32_s else "fp32")
+    assert "per call of a forward pass at batch 32" in chosen.reason
     assert {(torch.Size([32, 1, 8, 8]), torch.bfloat16), (torch.Size([32, 1, 8, 8]), torch.float32)} <= set(
         seen
     )
@@ -132,20 +135,16 @@ def test_cpu_flags_are_read_from_cpuinfo(monkeypatch, tmp_path):
 
 
 @needs_cuda
-def test_cuda_inference_runs_in_bf16_and_records_the_gpu():
-    model = create_model(
-        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32
-    ).cuda()
+def test_cuda_inference_runs_in_bf16_and_records_the_gpu(tiny_vit):
+    model = tiny_vit().cuda()
     chosen = inference_precision("auto", model, batch_size=8)
     assert chosen.name == "bf16" and chosen.record()["device"].startswith("cuda:")
     with chosen.autocast():
         assert model(torch.randn(8, 3, 16, 16, device="cuda")).dtype == torch.bfloat16
 
 
-def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):
-    model = create_model(
-        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32
-    )
+def test_bench_tables_say_what_auto_picks_and_why(monkeypatch, tiny_vit):
+    model = tiny_vit()
     fake_cpu(monkeypatch, ZEN3_LIKE)
     row = auto_row(model, 8)
     assert row["precision"] == "fp32"
@@ -155,9 +154,14 @@ def test_bench_tables_say_what_auto_picks_and_why(monkeypatch):
     assert "flags avx2 fma: no native bf16 units" in environment()
     fake_cpu(monkeypatch, AMX_LIKE)
     assert "flags avx2 fma avx512f avx512_bf16 amx_bf16: native bf16" in environment()
-    assert auto_row(model, 8)["implementation"].startswith(
-        "auto picks "
-    )  # measured: either, with the timings
+    row = auto_row(model, 8)
+    (fp32_s, bf16_s), _ = precision.stored_seconds(
+        ("inference", precision.model_signature(model), (8, 3, 16, 16), "cpu")
+    )
+    picked = "bf16" if bf16_s < fp32_s else "fp32"  # measured: the faster one, with the timings
+    assert row["precision"] == picked and row["implementation"].startswith(
+        f"auto picks {picked} on cpu: CPU with"
+    )
     assert bench_dtypes("both") == {"fp32": None, "bf16": torch.bfloat16} and bench_dtypes("fp32") == {
         "fp32": None
     }

@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, Dataset
 from tiny_run import TINY
 from vitkit import cli
 from vitkit.data.workers import next_batch
+from vitkit.evaluate.confusion import plot_confusion
 from vitkit.storage import save_state_dict
-from vitkit.train.report import plot_confusion
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
@@ -45,8 +45,13 @@ class Failing(Dataset):
 
 def test_a_worker_error_reaches_the_main_process_as_one_line() -> None:
     stream = iter(DataLoader(Failing(), batch_size=None, num_workers=1))
-    with pytest.raises(RuntimeError) as raised:
-        next_batch(stream)
+    try:
+        with pytest.raises(RuntimeError) as raised:
+            next_batch(stream)
+    finally:
+        # The error's traceback holds the iterator: left to the garbage collector, a later test would wait the
+        # 5 s of torch's worker-join timeout.
+        stream._shutdown_workers()
     message = "RuntimeError: item 0 broke with a second line (RuntimeError in DataLoader worker process 0)"
     assert str(raised.value) == message
 

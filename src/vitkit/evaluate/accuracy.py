@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -11,8 +10,7 @@ from torch import nn
 
 from vitkit.data import Batch, Source
 from vitkit.evaluate.loop import evaluation_sums
-from vitkit.models import unwrap_model
-from vitkit.models.registry import Trainable
+from vitkit.models import as_model
 from vitkit.precision import Precision
 
 
@@ -38,9 +36,7 @@ def evaluate(
     """Evaluate on every image of `dataset` (each rank a share, the counts summed) under `precision` (default
     float32). Images a lazy source skips as unreadable (data.on_corrupt='skip') are left out of the counts."""
     num_classes = len(dataset.classes)
-    model_classes = cast(
-        Trainable, unwrap_model(model)
-    ).config.num_classes  # `model` may be compiled or wrapped
+    model_classes = as_model(model).config.num_classes  # `model` may be compiled or wrapped
     if model_classes != num_classes:
         raise ValueError(
             f"the model has {model_classes} classes, the dataset {dataset.description} has {num_classes}"

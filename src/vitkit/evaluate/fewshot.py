@@ -31,7 +31,7 @@ from torch import nn
 
 from vitkit.data import eval_transform, gather_images
 from vitkit.evaluate.loop import eval_mode
-from vitkit.models import as_model, unwrap_model
+from vitkit.models import as_model
 from vitkit.precision import Precision, choose_precision
 
 BIAS_CONSTANT = 100.0
@@ -274,7 +274,7 @@ def extract_features(
     (vitkit.evaluate.loop.eval_mode) and under `precision` (default float32)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be positive, got {batch_size}")
-    net = as_model(unwrap_model(model))
+    net = as_model(model)
     config = net.config
     images = torch.as_tensor(images)
     param = next(net.parameters(), None)

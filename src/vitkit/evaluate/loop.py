@@ -6,19 +6,25 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Iterator
-from typing import cast
+from typing import Any
 
 import torch
 from torch import nn
 
 from vitkit.collectives import all_reduce_sum, world
 from vitkit.data import Batch, Source, eval_batches
-from vitkit.models import unwrap_model
-from vitkit.models.registry import Trainable
+from vitkit.models import as_model
 from vitkit.precision import Precision, choose_precision
 from vitkit.sizes import to_pair
 
 Measure = Callable[[int, Batch], torch.Tensor]  # (batch number, batch) -> its float64 sums
+
+
+def architecture(model: nn.Module) -> Any:
+    """The config of what `model` computes: its own (a vitkit model, masked patch prediction, their compiled
+    forms), else that of the vitkit model inside DistributedDataParallel."""
+    config = getattr(model, "config", None)
+    return config if config is not None else as_model(model).config
 
 
 @contextlib.contextmanager
@@ -58,7 +64,7 @@ def evaluation_sums(
     mode under `precision` (default float32); and the images this rank's batches left out as unreadable."""
     device = next(model.parameters()).device
     precision = precision or choose_precision("fp32", device)
-    config = cast(Trainable, unwrap_model(model)).config
+    config = architecture(model)
     sums = torch.zeros(size, dtype=torch.float64, device=device)
     skipped: list[str] = []
     numbered = rank_chunks(len(dataset), batch_size)

@@ -18,12 +18,12 @@ from vitkit.data import ReadOptions, Source, hold_out, open_source
 from vitkit.data.source import DEFAULT_READING
 from vitkit.device import resolve_device
 from vitkit.evaluate.accuracy import evaluate
+from vitkit.evaluate.confusion import plot_confusion
 from vitkit.evaluate.labels import class_labels, per_class
 from vitkit.precision import inference_precision
 from vitkit.storage import atomic_write_text
 from vitkit.train.overrides import load_config
 from vitkit.train.recipe import RECIPE_NAME
-from vitkit.train.report import plot_confusion
 from vitkit.weights import load_weights
 
 SPLITS = ("train", "test", "val")

@@ -7,8 +7,7 @@ where ONNX Runtime's int8 kernels (VNNI, AMX where present) run; LayerNorm, soft
 convolution stay in float32, which keeps the accuracy loss small (docs/SERVING.md measures it).
 
 ONNX Runtime advises its pre-processing pass (shape inference and graph optimisation) first; on ViT-B/16 it made
-the int8 model slower here (0.84-0.89 s against 0.72-0.78 s per batch of 8 on one core), so it is not run and its
-advice is kept off the log.
+the int8 model slower (docs/SERVING.md has the timings), so it is not run and its advice is kept off the log.
 """
 
 from __future__ import annotations

@@ -7,7 +7,6 @@ from vitkit.models.registry import (
     create_model,
     list_models,
     model_config,
-    unwrap_model,
 )
 
 __all__ = [
@@ -19,5 +18,4 @@ __all__ = [
     "create_model",
     "list_models",
     "model_config",
-    "unwrap_model",
 ]

@@ -111,23 +111,19 @@ Trainable = (
 
 
 def as_model(module: nn.Module) -> Model:
-    """`module` as a vitkit model (its `.config` the architecture); a one-line error for any other module."""
+    """The vitkit model (its `.config` the architecture) that `module` is, or that DistributedDataParallel or
+    torch.compile wrap; a one-line error for any other module."""
+    seen = set()
+    while id(module) not in seen:
+        seen.add(id(module))
+        for attr in ("module", "_orig_mod"):
+            inner = getattr(module, attr, None)
+            if isinstance(inner, nn.Module):
+                module = inner
+                break
     if not isinstance(module, Model):
         raise TypeError(f"{type(module).__name__} is not a vitkit model (VisionTransformer or ResNetV2)")
     return module
-
-
-def unwrap_model(model: nn.Module) -> nn.Module:
-    """The bare vitkit model inside DistributedDataParallel / torch.compile wrappers."""
-    seen = set()
-    while id(model) not in seen:
-        seen.add(id(model))
-        for attr in ("module", "_orig_mod"):
-            inner = getattr(model, attr, None)
-            if isinstance(inner, nn.Module):
-                model = inner
-                break
-    return model
 
 
 def build_model(config: ViTConfig | ResNetConfig) -> Model:

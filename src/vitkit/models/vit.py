@@ -42,7 +42,11 @@ class PatchEmbed(nn.Module):
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention: fused SDPA, or an explicit path that also returns the probabilities."""
+    """Multi-head self-attention: fused SDPA, or an explicit path that also returns the probabilities.
+
+    Which of the two computes bf16 on a CPU is fixed when the module is built, from the CPU's flags
+    (`fused_bf16_on_cpu`); the rest of the choice follows the tensors of each call (device, autocast dtype,
+    gradients)."""
 
     def __init__(self, dim: int, num_heads: int, attn_drop: float, proj_drop: float, num_rel_tokens: int = 0):
         super().__init__()
@@ -54,6 +58,7 @@ class Attention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
         self.rel_pos = RelativePositionBias(num_rel_tokens, self.head_dim) if num_rel_tokens else None
+        self.fused_bf16_on_cpu = has_amx_tiles()
 
     def forward(
         self, x: torch.Tensor, need_weights: bool = False, queries: int | None = None
@@ -67,7 +72,7 @@ class Attention(nn.Module):
         )
         bias = self.rel_pos(q * self.scale, T) if self.rel_pos is not None else None
         dropout_p = self.attn_drop if self.training else 0.0
-        if need_weights or not fused_attention_pays(q):
+        if need_weights or not self.fused_pays(q):
             logits = (q * self.scale) @ k.transpose(-2, -1)
             weights = (logits if bias is None else logits + bias).softmax(dim=-1)
             out = F.dropout(weights, dropout_p, self.training) @ v
@@ -88,18 +93,17 @@ class Attention(nn.Module):
         q = F.linear(x[:, :queries], weight[:D], bias[:D])
         return q, *F.linear(x, weight[D:], bias[D:]).split(D, -1)
 
+    def fused_pays(self, q: torch.Tensor) -> bool:
+        """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its
+        kernel pays only without gradients and with AMX tiles: without AMX it gains nothing over float32, and
+        forward and backward it is slower than two batched bf16 products and a softmax, as timm's and
+        torchvision's unfused attention compute (benchmarks/cpu_attention_kernels.py measures both;
+        docs/PRECISION.md has the figures)."""
+        if q.device.type != "cpu" or q.dtype != torch.bfloat16:
+            return True
+        return self.fused_bf16_on_cpu and not q.requires_grad
 
-def fused_attention_pays(q: torch.Tensor) -> bool:
-    """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its kernel
-    pays only without gradients and with AMX tiles: without AMX it gains nothing over float32, and forward and
-    backward it is slower than two batched bf16 products and a softmax, as timm's and torchvision's unfused
-    attention compute (benchmarks/cpu_attention_kernels.py measures both; docs/PRECISION.md has the figures)."""
-    if q.device.type != "cpu" or q.dtype != torch.bfloat16:
-        return True
-    return has_amx_tiles() and not q.requires_grad
 
-
-@torch.compiler.assume_constant_result  # torch.compile reads the flags once instead of tracing a file read
 def has_amx_tiles() -> bool:
     """Whether this CPU has AMX bf16 tiles."""
     return "amx_bf16" in cpu_flags()

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from vitkit.data import Source
-from vitkit.data.decode import printable
+from vitkit.evaluate.confusion import plot_confusion
 from vitkit.flops import count_parameters
 from vitkit.shutdown import bounded
 from vitkit.storage import FINAL_DIR, atomic_write, atomic_write_text, save_pretrained
@@ -154,36 +154,6 @@ def write_curves(run_dir: str | os.PathLike) -> Path:
     ax_acc.grid(alpha=0.3)
     fig.tight_layout()
     path = Path(run_dir) / CURVES_NAME
-    atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    return path
-
-
-def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.PathLike, title: str) -> Path:
-    """A row-normalised confusion matrix (rows: true class) as PNG, counts annotated when there are few classes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    k = len(classes)
-    # Names users control, drawn as they are: never parsed as mathtext, never a surrogate the font cannot take.
-    classes, title = [printable(c) for c in classes], printable(title)
-    rates = confusion.double() / confusion.sum(1, keepdim=True).clamp(min=1)
-    size = min(4 + 0.5 * k, 20)
-    fig, ax = plt.subplots(figsize=(size, size))
-    ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
-    if k <= 20:
-        ax.set_xticks(range(k), classes, rotation=45, ha="right", parse_math=False)
-        ax.set_yticks(range(k), classes, parse_math=False)
-        for i in range(k):
-            for j in range(k):
-                color = "white" if rates[i, j] > 0.5 else "black"
-                ax.text(j, i, str(int(confusion[i, j])), ha="center", va="center", fontsize=7, color=color)
-    ax.set(xlabel="predicted", ylabel="true")
-    ax.set_title(title, parse_math=False)
-    fig.tight_layout()
-    path = Path(path)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)
     return path

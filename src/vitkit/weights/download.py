@@ -3,7 +3,7 @@
 A file reaches its cache path in three steps: the bytes are appended to `<file>.part` (an interrupted transfer is
 taken up again with an HTTP Range request, in the same call while bytes keep arriving, or by the next call), its
 size and sha256 are recorded in `<file>.meta.json`, and the .part file is renamed into place. A cached file is
-checked against that record each time it is used (hashing reads about 1 GB/s, downloading is far slower); one
+checked against that record each time it is used (hashing is far faster than downloading); one
 that fails the check is fetched again. Offline (VITKIT_OFFLINE=1 or HF_HUB_OFFLINE=1) a verified cached file is
 used without any network access, and a missing one is a one-line error naming the URL and the cache path.
 Two processes fetching the same file take turns (a lock on the .part file): the second finds it done.
