@@ -42,9 +42,7 @@ DEFAULT_L2 = 2.0**10
 TEST_SUBSET_SEED = 0  # the fixed permutation a `num_test` cap draws its test images from
 
 
-# --------------------------------------------------------------------------------------------------------
-# The closed-form regression
-# --------------------------------------------------------------------------------------------------------
+# --- The closed-form regression ---
 
 
 @dataclass
@@ -148,9 +146,7 @@ def _small_blas() -> contextlib.AbstractContextManager:
     return threadpool_limits(1, user_api="blas")
 
 
-# --------------------------------------------------------------------------------------------------------
-# Sampling and the evaluation over shots and seeds
-# --------------------------------------------------------------------------------------------------------
+# --- Sampling and the evaluation over shots and seeds ---
 
 
 def seed_list(seeds: int | Iterable[int]) -> list[int]:
@@ -258,9 +254,7 @@ def fewshot_eval(
     return out
 
 
-# --------------------------------------------------------------------------------------------------------
-# Features from a model
-# --------------------------------------------------------------------------------------------------------
+# --- Features from a model ---
 
 
 def extract_features(

@@ -206,7 +206,7 @@ def gradient_sync(forward: Forward, enabled: bool) -> Iterator[None]:
         yield
 
 
-def full_model(model: Trainable, strategy: str) -> Trainable | None:
+def gathered_model(model: Trainable, strategy: str) -> Trainable | None:
     """A plain, unsharded copy of an FSDP model on rank 0's CPU (None on the other ranks); `model` otherwise.
 
     Collective under FSDP: every rank must call it.

@@ -30,7 +30,7 @@ from vitkit.train.build import (
 )
 from vitkit.train.checkpoint import CheckpointManager, checkpoint_step, latest_checkpoint
 from vitkit.train.distributed import (
-    full_model,
+    gathered_model,
     local_device,
     process_group,
     resolve_strategy,
@@ -161,7 +161,9 @@ class Trainer:
                 return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
             evaluations = self.measure(self.all_evaluators())
             wall = time.perf_counter() - clock
-            final_model = full_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
+            final_model = gathered_model(
+                self.eval_model, self.strategy
+            )  # FSDP: gathered on rank 0 (every rank)
             train_skipped = all_ranks(self.train_skipped)
             evaluated_skipped = [all_ranks(e.skipped) for e in [self.test_evaluator, *self.evaluators]]
             if self.rank != 0:
