@@ -251,3 +251,14 @@ def test_a_micro_batch_cap_above_the_batch_trains_as_one_pass(tmp_path, tiny):
         assert cli.main(args) == 0
     weights = [load_state_dict(run / "final" / "model.safetensors") for run in runs.values()]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
+
+
+def test_a_batch_that_does_not_split_into_micro_batches_is_refused_before_anything_is_written(
+    tmp_path, tiny, capsys
+):
+    out = tmp_path / "run"
+    argv = ["train", "--out", str(out), "--steps", "5", *tiny, "train.micro_batch_size=12"]  # 32 = 2 x 12 + 8
+    assert cli.main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert "train.batch_size 32 must split evenly over 1 rank(s) and then into micro-batches" in error
+    assert len(error.splitlines()) == 1 and not out.exists()

@@ -167,9 +167,16 @@ class TrainSection:
         return self.eval_batch_size or self.batch_size
 
     def micro_batch(self, world_size: int) -> int:
-        """Images per forward/backward pass on each of `world_size` ranks."""
+        """Images per forward/backward pass on each of `world_size` ranks; a batch that does not split evenly
+        over the ranks and then into micro-batches is a ValueError."""
         per_rank = self.batch_size // world_size
-        return min(self.micro_batch_size or per_rank, per_rank)
+        micro = min(self.micro_batch_size or per_rank, per_rank)
+        if self.batch_size % world_size or per_rank % micro:
+            raise ValueError(
+                f"train.batch_size {self.batch_size} must split evenly over {world_size} rank(s) and then into "
+                f"micro-batches of train.micro_batch_size {self.micro_batch_size}"
+            )
+        return micro
 
 
 @dataclass

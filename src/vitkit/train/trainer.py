@@ -80,6 +80,9 @@ class Trainer:
         config.validate()
         self.config, self.run_dir, t = config, run_dir, config.train
         self.rank, self.world_size = world()
+        t.micro_batch(
+            self.world_size
+        )  # the batch splits evenly over the ranks and micro-batches, or a ValueError
         self.device = local_device(resolve_device(t.device))
         if t.threads:
             torch.set_num_threads(t.threads)
@@ -122,10 +125,8 @@ class Trainer:
                                        precision=self.precision, every=t.fewshot_every)  # fmt: skip
             self.fewshot.append(OnPart(fewshot, self.objective.exported))
 
-        if self.rank == 0 and not resume:
-            create_run_dir(
-                run_dir, config, lock
-            )  # only now: a recipe, dataset or model that fails leaves nothing
+        if self.rank == 0 and not resume:  # only now: a recipe, dataset or model that fails leaves nothing
+            create_run_dir(run_dir, config, lock)
         self.start = start_record(self.device, command)
         if self.rank == 0:
             record_start(run_dir, self.start)
