@@ -1,6 +1,7 @@
-"""Building a run from its recipe, in the order the trainer needs the parts: the model (fresh, fine-tuned or
-resumed), its precision, and the training step around it (optimizer, weight average, data parallelism,
-torch.compile, CUDA graph, batches and augmentation). `vitkit bench train` builds its step the same way."""
+"""Building a run from its recipe, in the order the trainer needs the parts: the data splits, the model (fresh,
+fine-tuned or resumed), its precision, optimizer and weight average, and the training step around them (data
+parallelism, torch.compile, CUDA graph, batches and augmentation). `vitkit bench train` builds its step the
+same way."""
 
 from __future__ import annotations
 
