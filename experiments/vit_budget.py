@@ -57,10 +57,10 @@ def common_args(model: Family, args: Any, extra: Sequence[str] = ()) -> list[str
 
 
 def probe(
-    model: Family, args: Any, steps: int, name: str = "", extra: Sequence[str] = ()
+    model: Family, args: Any, steps: int, name: str = "", extra: Sequence[str] = (), eval_every: int = 0
 ) -> tuple[float, float]:
-    """A short run of the recipe (with `extra` overrides) with its final evaluation only: its wall and
-    training-step seconds."""
+    """A short run of the recipe (with `extra` overrides) evaluating every `eval_every` steps (0: at the end
+    only): its wall and training-step seconds (report.json's wall_seconds and train steps over images/s)."""
     run_dir = Path(args.out) / f"probe_{name or run_name(model)}_{steps}"
     report = run_vitkit(
         "train",
@@ -69,7 +69,7 @@ def probe(
             *common_args(model, args, extra),
             f"train.steps={steps}",
             f"optim.warmup_steps={max(1, steps // 10)}",
-            "train.eval_every=0",
+            f"train.eval_every={eval_every}",
             f"train.checkpoint_every={steps}",
         ],
     )
@@ -80,15 +80,18 @@ def probe(
 def sized_steps(model: Family, args: Any, name: str = "", extra: Sequence[str] = ()) -> int:
     """Training steps that end the run, its evaluations included, at MARGIN of the budget.
 
-    Two probes of n and 2n steps: the difference of their wall times is n steady steps (start-up, the final
-    evaluation and checkpoint cancel); what the short probe spent outside its steps is one evaluation and
-    checkpoint, which the run pays EVALUATIONS times."""
+    Two probes: n steps evaluating at the end only, and 2n steps evaluating also after step n. The difference
+    of their training seconds is n steady steps; the rest of the difference of their wall times is one periodic
+    evaluation, which the run pays at most EVALUATIONS times; what the short probe spent outside its steps (the
+    final evaluation and checkpoint) the run pays once, and the short probe's first steps their warm-up."""
     n = args.probe_steps
-    (short_wall, short_train), (long_wall, _) = (probe(model, args, k, name, extra) for k in (n, 2 * n))
-    step_seconds = max(long_wall - short_wall, 1e-6) / n
-    evaluation_seconds = max(short_wall - short_train, 0.0)
-    fixed = short_train - n * step_seconds  # the first steps' warm-up, which the steady steps lack
-    available = args.budget_minutes * 60 * MARGIN - max(fixed, 0.0) - EVALUATIONS * evaluation_seconds
+    short_wall, short_train = probe(model, args, n, name, extra)
+    long_wall, long_train = probe(model, args, 2 * n, name, extra, eval_every=n)
+    step_seconds = max(long_train - short_train, 1e-6) / n
+    periodic = max((long_wall - short_wall) - (long_train - short_train), 0.0)
+    once = max(short_wall - short_train, 0.0)
+    warmup = max(short_train - n * step_seconds, 0.0)
+    available = args.budget_minutes * 60 * MARGIN - once - warmup - EVALUATIONS * periodic
     return max(2, int(available / step_seconds))
 
 

@@ -3,6 +3,7 @@ writes its table and figure, and the table's numbers are those of the run direct
 results (that takes hours: docs/RESULTS.md). Each run's own figures (the engine's, tested there) are left out
 for speed; data_size with all three families (a few seconds more) is marked slow."""
 
+import argparse
 import json
 from pathlib import Path
 
@@ -104,6 +105,23 @@ def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp
             assert rows[label][2] == percent([top1 - scratch]).replace("%", " points")
         shots = json.loads((tmp_path / f"fewshot_{arm}.json").read_text())["shots"]
         assert rows[label][3:] == [percent(shots[str(k)]["runs"]) for k in transfer.SHOTS]
+
+
+def test_steps_are_sized_from_the_probes_step_time_and_periodic_evaluation(monkeypatch):
+    """Probes of a run whose steps take 0.1 s after 2 s of warm-up, whose periodic evaluation takes 3 s and whose
+    final evaluation 5 s: a 10-minute budget holds the steps that end it at MARGIN, evaluations included."""
+    step, warmup, periodic, final = 0.1, 2.0, 3.0, 5.0
+
+    def probe(model, args, steps, name="", extra=(), eval_every=0):
+        train = warmup + steps * step
+        evaluations = (steps - 1) // eval_every if eval_every else 0
+        return train + evaluations * periodic + final, train
+
+    monkeypatch.setattr(vit_budget, "probe", probe)
+    args = argparse.Namespace(probe_steps=50, budget_minutes=10.0)
+    steps = vit_budget.sized_steps(vit_budget.VIT, args)
+    run = warmup + steps * step + vit_budget.EVALUATIONS * periodic + final
+    assert 600 * vit_budget.MARGIN - step < run <= 600 * vit_budget.MARGIN
 
 
 def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_path):
