@@ -108,14 +108,15 @@ def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp
 
 
 def test_steps_are_sized_from_the_probes_step_time_and_periodic_evaluation(monkeypatch):
-    """Probes of a run whose steps take 0.1 s after 2 s of warm-up, whose periodic evaluation takes 3 s and whose
-    final evaluation 5 s: a 10-minute budget holds the steps that end it at MARGIN, evaluations included."""
+    """Probes of a run whose steady steps take 0.1 s (what its timed steps report) after 2 s of warm-up, whose
+    periodic evaluation takes 3 s and whose final evaluation 5 s: a 10-minute budget holds the steps that end it at
+    MARGIN, evaluations included."""
     step, warmup, periodic, final = 0.1, 2.0, 3.0, 5.0
 
     def probe(model, args, steps, name="", extra=(), eval_every=0):
         train = warmup + steps * step
         evaluations = (steps - 1) // eval_every if eval_every else 0
-        return train + evaluations * periodic + final, train
+        return train + evaluations * periodic + final, train, step
 
     monkeypatch.setattr(vit_budget, "probe", probe)
     args = argparse.Namespace(probe_steps=50, budget_minutes=10.0)
