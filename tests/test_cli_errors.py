@@ -17,7 +17,7 @@ from PIL import Image
 import vitkit
 from vitkit import cli
 from vitkit.storage import atomic_write_text, save_pretrained
-from vitkit.train import checkpoint as ckpt
+from vitkit.train.checkpoint import CheckpointManager
 from vitkit.train.rundir import RunDirBusy, RunDirLock
 from vitkit.weights.official import export_npz, read_npz
 
@@ -167,7 +167,7 @@ def test_written_files_follow_the_umask(umask: int, tmp_path: Path) -> None:
         save_pretrained(model, run_dir / "final")
         export_npz(model, tmp_path / "exported.npz")
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-        ckpt.save_checkpoint(run_dir, 1, model, optimizer, None, {}, keep=1)
+        CheckpointManager(run_dir, "none", keep=1).save(1, model, optimizer, None, {})
     finally:
         os.umask(old)
     for path in [tmp_path / "exported.npz", *run_dir.rglob("*")]:

@@ -125,19 +125,6 @@ def config_fields(model: nn.Module) -> dict[str, Any]:
     return fields | ({"class_names": list(names)} if names is not None else {})
 
 
-def save_checkpoint(
-    run_dir: str | os.PathLike,
-    step: int,
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    ema: nn.Module | None,
-    state: dict[str, Any],
-    keep: int,
-) -> Path | None:
-    """Write checkpoint `step` of a one-process run (CheckpointManager.save without a strategy)."""
-    return CheckpointManager(run_dir, "none", keep).save(step, model, optimizer, ema, state)
-
-
 def checkpoint_dirs(run_dir: str | os.PathLike) -> list[Path]:
     """Complete checkpoints of a run, oldest first."""
     root = Path(run_dir) / CHECKPOINT_DIR
