@@ -6,10 +6,12 @@ budget (its steps sized from probes of its own speed, so slower augmentation cos
 time). The ViT of configs/fashion_mnist_vit_budget.toml and the ResNet of configs/fashion_mnist_resnet.toml each
 run augmentation (none, light, medium, heavy) x regularisation (none, light, medium, heavy). A short budget
 favours weak regularisation, which pays off only over longer training, so the best --refine cells of each grid
-run again at --refine-scale times the budget (successive halving), and the best of those is the family's
-augmentation and regularisation. At it, the family's shapes at about equal compute run at the longer budget too
-(ViT: width, depth, patch 2/4/7, and the paper's own convolutional stem, the R50 hybrid; ResNet: depth and
-width). The best of each family is written to choices.json.
+run again at --refine-scale times the budget (successive halving). With the best of those, the family's shapes
+at about equal compute run at the longer budget too (ViT: width, depth, patch 2/4/7, and the paper's own
+convolutional stem, the R50 hybrid; ResNet: depth and width). Augmentation pays off later still (AugReg: its
+value grows with the training length), so short budgets favour too little of it: the last rung, at
+--last-minutes, sets the best run so far against the best grid cell of another augmentation level in the same
+shape, and the better of the two is written to choices.json.
 
 Stage 2 (--final): the two choices at the full budget, three seeds each, trained on the whole training set:
 test top-1 mean and spread, the exact McNemar test of each seed pair, and time to 90% and 92% test top-1.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -171,9 +173,22 @@ def longer(cell: Cell) -> str:
     return f"{cell.name}_longer"
 
 
+def longest(cell: Cell) -> str:
+    """The run directory of `cell` at the last rung's budget."""
+    return f"{cell.name}_longest"
+
+
+def last_rung(best: Cell, cells: list[Cell], reports: dict[Cell, dict]) -> list[Cell]:
+    """`best`, and in its shape the best grid cell (by the short budget's validation top-1) of another
+    augmentation level."""
+    rival = best_of([cell for cell in cells if cell.augmentation != best.augmentation], reports)
+    return [best, replace(rival, shape=best.shape)]
+
+
 def run_grid(args: argparse.Namespace) -> Path:
     reports: dict[Cell, dict] = {}  # at the short budget
     refined: dict[Cell, dict] = {}  # at the longer one
+    last: dict[Cell, dict] = {}  # at the last rung's
     chosen: dict[str, Cell] = {}
     minutes = args.short_minutes * args.refine_scale
     for family in (VIT, RESNET):
@@ -186,7 +201,10 @@ def run_grid(args: argparse.Namespace) -> Path:
         variants = shapes(best_of(finalists, refined))
         for cell in variants:
             refined[cell] = refined.get(cell) or train_cell(cell, args, minutes, name=longer(cell))
-        chosen[family.name] = best_of(variants, refined)
+        contenders = last_rung(best_of(variants, refined), cells, reports)
+        for cell in contenders:
+            last[cell] = train_cell(cell, args, args.last_minutes, name=longest(cell))
+        chosen[family.name] = best_of(contenders, last)
     choices = {name: {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
                       "overrides": list(cell.overrides)} for name, cell in chosen.items()}  # fmt: skip
     (Path(args.out) / "choices.json").write_text(json.dumps(choices, indent=1) + "\n")
@@ -215,16 +233,21 @@ def run_grid(args: argparse.Namespace) -> Path:
                yticklabels=list(AUGMENTATION), xlabel="regularisation", ylabel="augmentation",
                title=f"{family.name}: validation top-1 (%)")  # fmt: skip
         figure.colorbar(image, ax=ax, shrink=0.8)
-    for runs, budget in ((reports, args.short_minutes), (refined, minutes)):
+    for runs, budget, directory in (
+        (reports, args.short_minutes, lambda cell: cell.name),
+        (refined, minutes, longer),
+        (last, args.last_minutes, longest),
+    ):
         for cell, r in runs.items():
-            mark = " (chosen)" if runs is refined and cell in chosen.values() else ""
-            name = cell.name if runs is reports else longer(cell)
+            mark = " (chosen)" if runs is last and cell in chosen.values() else ""
+            name = directory(cell)
             rows.append([cell.family.name + mark, cell.augmentation, cell.regularisation, cell.shape, f"{budget:g}",
                          f"{gflops(Path(args.out) / name):.3f}", r["steps"], f"{100 * r['val_top1']:.2f}%",
                          f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
     notes = (
         f"The grid: {args.short_minutes:g} min of this machine a run; its best {args.refine} cells of each family and "
-        f"the shapes: {minutes:g} min. Every run (steps sized from probes of "
+        f"the shapes: {minutes:g} min; the best of those against the best cell of another augmentation level: "
+        f"{args.last_minutes:g} min. Every run (steps sized from probes of "
         f" {args.probe_steps} and {2 * args.probe_steps} steps, one pair per cell), {args.val_split} training images held out for "
         f"validation, {args.processes} process(es). Augmentation: "
         + "; ".join(f"{k}: {' '.join(v)}" for k, v in AUGMENTATION.items())
@@ -232,7 +255,10 @@ def run_grid(args: argparse.Namespace) -> Path:
         + "; ".join(f"{f} {k}: {' '.join(v)}" for f, regs in REGULARISATION.items() for k, v in regs.items())
         + ". The test column is shown, never used to choose."
     )
-    title = f"Augmentation x regularisation at {args.short_minutes:g} minutes a run, finalists and shapes at {minutes:g}"
+    title = (
+        f"Augmentation x regularisation at {args.short_minutes:g} minutes a run, finalists and shapes at {minutes:g}, "
+        f"the last two at {args.last_minutes:g}"
+    )
     return write_results(Path(args.out), "small_data_grid", title, (header, rows), figure, notes)
 
 
@@ -297,6 +323,9 @@ def main(argv: list[str] | None = None) -> Path:
         "--refine", type=int, default=3, help="grid cells of each family run again longer (default 3)"
     )
     p.add_argument("--refine-scale", type=float, default=2.0, help="their budget over the grid's (default 2)")
+    p.add_argument(
+        "--last-minutes", type=float, default=10.0, help="budget of the last rung's two runs (default 10)"
+    )
     p.add_argument("--val-split", type=int, default=5000, help="training images held out to choose on")
     p.add_argument("--seeds", type=int, default=len(SEEDS), help="final runs per family (default 3)")
     p.add_argument("--final", action="store_true", help="stage 2: the choices at the full budget")
@@ -306,14 +335,16 @@ def main(argv: list[str] | None = None) -> Path:
         return run_final(args)
     short = sum(len(grid(f)) for f in (VIT, RESNET))
     longer_runs = 2 * args.refine + sum(len(SHAPES[f.name]) - 1 for f in (VIT, RESNET)) + 1
+    last_runs = 2 * 2  # per family: the best so far, and another augmentation level in its shape (new probes)
     total = (
-        (short + longer_runs) * 0.5
+        (short + longer_runs + last_runs // 2) * 0.5
         + short * args.short_minutes
         + longer_runs * args.short_minutes * args.refine_scale
+        + last_runs * args.last_minutes
     )
-    print(f"stage 1: {short} runs of {args.short_minutes:g} min and {longer_runs} of "
-          f"{args.short_minutes * args.refine_scale:g}, about {total:.0f} minutes of this machine with their speed "
-          "probes", flush=True)  # fmt: skip
+    print(f"stage 1: {short} runs of {args.short_minutes:g} min, {longer_runs} of "
+          f"{args.short_minutes * args.refine_scale:g} and {last_runs} of {args.last_minutes:g}, about {total:.0f} "
+          "minutes of this machine with their speed probes", flush=True)  # fmt: skip
     return run_grid(args)
 
 

@@ -4,6 +4,7 @@ results (that takes hours: docs/RESULTS.md). Each run's own figures (the engine'
 for speed; data_size with all three families (a few seconds more) is marked slow."""
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -165,7 +166,8 @@ def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_p
 @pytest.mark.slow
 def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by_seed(tmp_path, monkeypatch):
     """A 2 x 2 grid with two shapes per family (the full grid's plumbing is the same), its best 2 cells again at
-    twice the budget, the shapes there, then the final stage."""
+    twice the budget, the shapes there, the best of those against the other augmentation level's best cell in its
+    shape, then the final stage."""
     from experiments import small_data_study as study
 
     monkeypatch.setattr(study, "AUGMENTATION", {k: study.AUGMENTATION[k] for k in ("none", "light")})
@@ -176,7 +178,7 @@ def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by
     )
     monkeypatch.setattr(study, "SHAPES", {f: dict(list(s.items())[:2]) for f, s in study.SHAPES.items()})
     common = ["--out", str(tmp_path), "--tiny", "--probe-steps", "2", "--processes", "1"]
-    grid = ["--short-minutes", "0.005", "--val-split", "100", "--refine", "2"]
+    grid = ["--short-minutes", "0.005", "--last-minutes", "0.02", "--val-split", "100", "--refine", "2"]
     text = check_outputs(study.main([*common, *grid]))
     choices = json.loads((tmp_path / "choices.json").read_text())
     longer_runs = 0
@@ -188,13 +190,19 @@ def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by
         best = max(finalists, key=longer.__getitem__)
         variants = study.shapes(best)
         longer |= {c: report(tmp_path / study.longer(c))["val_top1"] for c in variants}
-        chosen = max(variants, key=longer.__getitem__)
-        assert choices[family.name]["shape"] == chosen.shape
-        assert (choices[family.name]["augmentation"], choices[family.name]["regularisation"]) == (
-            best.augmentation,
-            best.regularisation,
-        )
-        longer_runs += len(longer)
+        leader = max(variants, key=longer.__getitem__)
+        rival = max((c for c in cells if c.augmentation != leader.augmentation), key=short.__getitem__)
+        contenders = [leader, dataclasses.replace(rival, shape=leader.shape)]
+        assert study.last_rung(leader, cells, {c: {"val_top1": v} for c, v in short.items()}) == contenders
+        last = {c: report(tmp_path / study.longest(c))["val_top1"] for c in contenders}
+        chosen = max(contenders, key=last.__getitem__)
+        assert choices[family.name] == {
+            "augmentation": chosen.augmentation,
+            "regularisation": chosen.regularisation,
+            "shape": chosen.shape,
+            "overrides": list(chosen.overrides),
+        }
+        longer_runs += len(longer) + len(last)
     rows = table_rows(text)[1:]  # below the header: one per distinct run
     assert sum(row[0].endswith("(chosen)") for row in rows) == 2
     assert len(rows) == sum(len(study.grid(f)) for f in (study.VIT, study.RESNET)) + longer_runs
