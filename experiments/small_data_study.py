@@ -20,7 +20,8 @@ test top-1 mean and spread, the exact McNemar test of each seed pair, and time t
     python -m experiments.small_data_study --out runs/small_data --final      # stage 2: 2 x 3 x 30 min
     python -m experiments.small_data_study --tiny --short-minutes 0.01 ...    # plumbing check in seconds
 
-Runs already finished in --out are read, not repeated, and a stopped one resumes, so a stage may span sittings.
+Runs already finished in --out are read, not repeated, and a stopped one resumes, so a stage may span sittings;
+--family vit or --family resnet runs one family's part of a stage (the other's is kept in choices.json).
 """
 
 from __future__ import annotations
@@ -80,22 +81,23 @@ REGULARISATION = {  # dropout, stochastic depth and weight decay together, as Au
         "heavy": ("optim.weight_decay=0.2",),
     },
 }
-SHAPES = {  # at about the recipe's compute (the table prints each one's GFLOPs)
+SHAPES = {  # at about the recipe's compute (the table prints each one's GFLOPs); each sets the whole model shape
     VIT.name: {
-        "patch 4, width 96, depth 4 (recipe)": (),
-        "patch 4, width 64, depth 9": ("model.hidden_size=64", "model.num_heads=2", "model.mlp_dim=128", "model.depth=9"),
-        "patch 4, width 136, depth 2": ("model.hidden_size=136", "model.num_heads=4", "model.mlp_dim=272", "model.depth=2"),
+        "patch 4, width 96, depth 4 (recipe)": ("model.patch_size=4", "model.hidden_size=96", "model.num_heads=3", "model.mlp_dim=192", "model.depth=4"),
+        "patch 4, width 64, depth 9": ("model.patch_size=4", "model.hidden_size=64", "model.num_heads=2", "model.mlp_dim=128", "model.depth=9"),
+        "patch 4, width 136, depth 2": ("model.patch_size=4", "model.hidden_size=136", "model.num_heads=4", "model.mlp_dim=272", "model.depth=2"),
         "patch 7, width 192, depth 3": ("model.patch_size=7", "model.hidden_size=192", "model.num_heads=6", "model.mlp_dim=384", "model.depth=3"),
-        "patch 2, width 48, depth 4": ("model.patch_size=2", "model.hidden_size=48", "model.num_heads=2", "model.mlp_dim=96"),
+        "patch 2, width 48, depth 4": ("model.patch_size=2", "model.hidden_size=48", "model.num_heads=2", "model.mlp_dim=96", "model.depth=4"),
     },
     RESNET.name: {
-        "2 stages of 2 units (recipe)": (),
-        "3 stages of 1 unit": ("model.layers=[1, 1, 1]",),
-        "2 stages of 3 units": ("model.layers=[3, 3]",),
+        "2 stages of 2 units (recipe)": ("model.layers=[2, 2]", "model.width_factor=1"),
+        "3 stages of 1 unit": ("model.layers=[1, 1, 1]", "model.width_factor=1"),
+        "2 stages of 3 units": ("model.layers=[3, 3]", "model.width_factor=1"),
         "1 stage of 2 units, width x2": ("model.layers=[2]", "model.width_factor=2"),
     },
 }  # fmt: skip
 HYBRID_SHAPE = "R50 stem + ViT (the paper's hybrid)"
+FAMILIES = {"vit": VIT, "resnet": RESNET}
 SEEDS = (0, 1, 2)
 TARGETS = (90.0, 92.0)
 
@@ -185,13 +187,13 @@ def last_rung(best: Cell, cells: list[Cell], reports: dict[Cell, dict]) -> list[
     return [best, replace(rival, shape=best.shape)]
 
 
-def run_grid(args: argparse.Namespace) -> Path:
+def run_grid(args: argparse.Namespace, families: list[Family]) -> Path:
     reports: dict[Cell, dict] = {}  # at the short budget
     refined: dict[Cell, dict] = {}  # at the longer one
     last: dict[Cell, dict] = {}  # at the last rung's
     chosen: dict[str, Cell] = {}
     minutes = args.short_minutes * args.refine_scale
-    for family in (VIT, RESNET):
+    for family in families:
         cells = grid(family)
         for cell in cells:
             reports[cell] = train_cell(cell, args, args.short_minutes)
@@ -205,24 +207,27 @@ def run_grid(args: argparse.Namespace) -> Path:
         for cell in contenders:
             last[cell] = train_cell(cell, args, args.last_minutes, name=longest(cell))
         chosen[family.name] = best_of(contenders, last)
-    choices = {name: {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
-                      "overrides": list(cell.overrides)} for name, cell in chosen.items()}  # fmt: skip
-    (Path(args.out) / "choices.json").write_text(json.dumps(choices, indent=1) + "\n")
+    path = Path(args.out) / "choices.json"
+    choices = json.loads(path.read_text()) if path.exists() else {}
+    choices |= {name: {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
+                       "overrides": list(cell.overrides)} for name, cell in chosen.items()}  # fmt: skip
+    path.write_text(json.dumps(choices, indent=1) + "\n")
 
-    figure, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    figure, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.5), squeeze=False)
     header = [
         "family",
         "augmentation",
         "regularisation",
         "shape",
-        "minutes",
+        "budget (min)",
+        "wall (min)",
         "GFLOPs",
         "steps",
         "validation top-1",
         "test top-1",
     ]
     rows = []
-    for ax, family in zip(axes, (VIT, RESNET), strict=True):
+    for ax, family in zip(axes[0], families, strict=True):
         regs = list(REGULARISATION[family.name])
         table = [[100 * reports[Cell(family, a, r, grid(family)[0].shape)]["val_top1"] for r in regs]
                  for a in AUGMENTATION]  # fmt: skip
@@ -242,8 +247,8 @@ def run_grid(args: argparse.Namespace) -> Path:
             mark = " (chosen)" if runs is last and cell in chosen.values() else ""
             name = directory(cell)
             rows.append([cell.family.name + mark, cell.augmentation, cell.regularisation, cell.shape, f"{budget:g}",
-                         f"{gflops(Path(args.out) / name):.3f}", r["steps"], f"{100 * r['val_top1']:.2f}%",
-                         f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
+                         f"{r['wall_seconds'] / 60:.1f}", f"{gflops(Path(args.out) / name):.3f}", r["steps"],
+                         f"{100 * r['val_top1']:.2f}%", f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
     notes = (
         f"The grid: {args.short_minutes:g} min of this machine a run; its best {args.refine} cells of each family and "
         f"the shapes: {minutes:g} min; the best of those against the best cell of another augmentation level: "
@@ -262,12 +267,12 @@ def run_grid(args: argparse.Namespace) -> Path:
     return write_results(Path(args.out), "small_data_grid", title, (header, rows), figure, notes)
 
 
-def run_final(args: argparse.Namespace) -> Path:
+def run_final(args: argparse.Namespace, families: list[Family]) -> Path:
     """Each family's chosen cell at the full budget, one run per seed, on the whole training set."""
     choices = json.loads((Path(args.out) / "choices.json").read_text())
     final = argparse.Namespace(**{**vars(args), "val_split": 0})  # the test set only reports
     runs: dict[str, list[Path]] = {}
-    for family in (VIT, RESNET):
+    for family in families:
         choice = choices[family.name]
         cell = Cell(family, choice["augmentation"], choice["regularisation"], choice["shape"])
         runs[family.name] = []
@@ -297,18 +302,22 @@ def tabulate_final(runs: dict[str, list[Path]], args: argparse.Namespace) -> Pat
         for seed, run in enumerate(dirs):
             points = evaluations(run, "test_top1")
             ax.plot(*zip(*points, strict=True), "o-", ms=3, label=f"{name} seed {seed}")
-    vit_runs, resnet_runs = top1[VIT.name], top1[RESNET.name]
-    pairs = [paired_test(v, r, test.labels).describe() for v, r in zip(vit_runs, resnet_runs, strict=True)]
+    both = len(top1) == len(FAMILIES)
+    pairs = [paired_test(v, r, test.labels).describe()
+             for v, r in zip(top1[VIT.name], top1[RESNET.name], strict=True)] if both else []  # fmt: skip
     for target in TARGETS:
         ax.axhline(target, color="grey", ls="--", lw=1)
     ax.set(xlabel="engine wall time (minutes)", ylabel="test top-1 (%)", title="The chosen ViT and ResNet")
     ax.set_ylim(85, 95)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
-    notes = "ViT against ResNet, seed by seed (exact McNemar): " + "; ".join(
-        f"seed {s}: {text}" for s, text in enumerate(pairs)
+    notes = (
+        "ViT against ResNet, seed by seed (exact McNemar): "
+        + "; ".join(f"seed {s}: {text}" for s, text in enumerate(pairs))
+        if pairs
+        else ""
     )
-    title = f"The chosen recipes at {args.budget_minutes:g} minutes, {len(vit_runs)} seeds"
+    title = f"The chosen recipes at {args.budget_minutes:g} minutes, {args.seeds} seeds"
     return write_results(Path(args.out), "small_data_final", title, (header, rows), figure, notes)
 
 
@@ -329,13 +338,16 @@ def main(argv: list[str] | None = None) -> Path:
     p.add_argument("--val-split", type=int, default=5000, help="training images held out to choose on")
     p.add_argument("--seeds", type=int, default=len(SEEDS), help="final runs per family (default 3)")
     p.add_argument("--final", action="store_true", help="stage 2: the choices at the full budget")
+    p.add_argument("--family", choices=FAMILIES, help="one family's part of the stage (default both)")
     args = p.parse_args(argv)
+    families = [FAMILIES[args.family]] if args.family else list(FAMILIES.values())
     if args.final:
-        print(f"stage 2: about {2 * args.seeds * args.budget_minutes:g} minutes of this machine", flush=True)
-        return run_final(args)
-    short = sum(len(grid(f)) for f in (VIT, RESNET))
-    longer_runs = 2 * args.refine + sum(len(SHAPES[f.name]) - 1 for f in (VIT, RESNET)) + 1
-    last_runs = 2 * 2  # per family: the best so far, and another augmentation level in its shape (new probes)
+        minutes = len(families) * args.seeds * args.budget_minutes
+        print(f"stage 2: about {minutes:g} minutes of this machine", flush=True)
+        return run_final(args, families)
+    short = sum(len(grid(f)) for f in families)
+    longer_runs = sum(args.refine + len(SHAPES[f.name]) - 1 + (f is VIT) for f in families)
+    last_runs = 2 * len(families)  # per family: the best so far, and another augmentation level in its shape
     total = (
         (short + longer_runs + last_runs // 2) * 0.5
         + short * args.short_minutes
@@ -345,7 +357,7 @@ def main(argv: list[str] | None = None) -> Path:
     print(f"stage 1: {short} runs of {args.short_minutes:g} min, {longer_runs} of "
           f"{args.short_minutes * args.refine_scale:g} and {last_runs} of {args.last_minutes:g}, about {total:.0f} "
           "minutes of this machine with their speed probes", flush=True)  # fmt: skip
-    return run_grid(args)
+    return run_grid(args, families)
 
 
 if __name__ == "__main__":
