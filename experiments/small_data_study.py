@@ -253,8 +253,8 @@ def run_grid(args: argparse.Namespace, families: list[Family]) -> Path:
         f"The grid: {args.short_minutes:g} min of this machine a run; its best {args.refine} cells of each family and "
         f"the shapes: {minutes:g} min; the best of those against the best cell of another augmentation level: "
         f"{args.last_minutes:g} min. Every run (steps sized from probes of "
-        f" {args.probe_steps} and {2 * args.probe_steps} steps, one pair per cell), {args.val_split} training images held out for "
-        f"validation, {args.processes} process(es). Augmentation: "
+        f"{args.probe_steps} and {2 * args.probe_steps} steps, one pair per cell), {args.val_split} training images "
+        f"held out for validation, {args.processes} process(es). Augmentation: "
         + "; ".join(f"{k}: {' '.join(v)}" for k, v in AUGMENTATION.items())
         + ". Regularisation: "
         + "; ".join(f"{f} {k}: {' '.join(v)}" for f, regs in REGULARISATION.items() for k, v in regs.items())
@@ -343,7 +343,9 @@ def main(argv: list[str] | None = None) -> Path:
     families = [FAMILIES[args.family]] if args.family else list(FAMILIES.values())
     if args.final:
         minutes = len(families) * args.seeds * args.budget_minutes
-        print(f"stage 2: about {minutes:g} minutes of this machine", flush=True)
+        print(
+            f"stage 2: about {minutes:g} minutes of this machine, less the runs already in --out", flush=True
+        )
         return run_final(args, families)
     short = sum(len(grid(f)) for f in families)
     longer_runs = sum(args.refine + len(SHAPES[f.name]) - 1 + (f is VIT) for f in families)
@@ -356,7 +358,7 @@ def main(argv: list[str] | None = None) -> Path:
     )
     print(f"stage 1: {short} runs of {args.short_minutes:g} min, {longer_runs} of "
           f"{args.short_minutes * args.refine_scale:g} and {last_runs} of {args.last_minutes:g}, about {total:.0f} "
-          "minutes of this machine with their speed probes", flush=True)  # fmt: skip
+          "minutes of this machine with their speed probes, less the runs already in --out", flush=True)  # fmt: skip
     return run_grid(args, families)
 
 
