@@ -8,16 +8,18 @@ run augmentation (none, light, medium, heavy) x regularisation (none, light, med
 favours weak regularisation, which pays off only over longer training, so the best --refine cells of each grid
 run again at --refine-scale times the budget (successive halving). With the best of those, the family's shapes
 at about equal compute run at the longer budget too (ViT: width, depth, patch 2/4/7, and the paper's own
-convolutional stem, the R50 hybrid; ResNet: depth and width). Augmentation pays off later still (AugReg: its
-value grows with the training length), so short budgets favour too little of it: the last rung, at
---last-minutes, sets the best run so far against the best grid cell of another augmentation level in the same
-shape, and the better of the two is written to choices.json.
+convolutional stem, the R50 hybrid; ResNet: depth and width). The best run so far and its rival, the best grid
+cell of another augmentation level in the same shape, are the family's two contenders (choices.json):
+augmentation pays off later than the rest (AugReg: its value grows with the training length), so short budgets
+favour too little of it, and the choice between the two waits for the full budget.
 
-Stage 2 (--final): the two choices at the full budget, three seeds each, trained on the whole training set:
-test top-1 mean and spread, the exact McNemar test of each seed pair, and time to 90% and 92% test top-1.
+Stage 2 (--final): each family's two contenders at the full budget (seed 0), the better of them on the
+validation split again at the other seeds; every run holds out the same validation images. The table: test
+top-1 mean and spread, the exact McNemar test of each ViT and ResNet seed pair, time to 90% and 92% validation
+top-1.
 
     python -m experiments.small_data_study --out runs/small_data              # stage 1 (prints its time first)
-    python -m experiments.small_data_study --out runs/small_data --final      # stage 2: 2 x 3 x 30 min
+    python -m experiments.small_data_study --out runs/small_data --final      # stage 2: 2 x 4 x 30 min
     python -m experiments.small_data_study --tiny --short-minutes 0.01 ...    # plumbing check in seconds
 
 Runs already finished in --out are read, not repeated, and a stopped one resumes, so a stage may span sittings;
@@ -31,6 +33,7 @@ import itertools
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import matplotlib.pyplot as plt
 
@@ -175,23 +178,27 @@ def longer(cell: Cell) -> str:
     return f"{cell.name}_longer"
 
 
-def longest(cell: Cell) -> str:
-    """The run directory of `cell` at the last rung's budget."""
-    return f"{cell.name}_longest"
+def final(cell: Cell, seed: int) -> str:
+    """The run directory of `cell` at the full budget."""
+    return f"final_{cell.name}_s{seed}"
 
 
-def last_rung(best: Cell, cells: list[Cell], reports: dict[Cell, dict]) -> list[Cell]:
-    """`best`, and in its shape the best grid cell (by the short budget's validation top-1) of another
+def contenders(best: Cell, cells: list[Cell], reports: dict[Cell, dict]) -> list[Cell]:
+    """`best`, and in its shape its rival: the best grid cell (by the short budget's validation top-1) of another
     augmentation level."""
     rival = best_of([cell for cell in cells if cell.augmentation != best.augmentation], reports)
     return [best, replace(rival, shape=best.shape)]
 
 
+def described(cell: Cell) -> dict[str, Any]:
+    return {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
+            "overrides": list(cell.overrides)}  # fmt: skip
+
+
 def run_grid(args: argparse.Namespace, families: list[Family]) -> Path:
     reports: dict[Cell, dict] = {}  # at the short budget
     refined: dict[Cell, dict] = {}  # at the longer one
-    last: dict[Cell, dict] = {}  # at the last rung's
-    chosen: dict[str, Cell] = {}
+    chosen: dict[str, list[Cell]] = {}  # the contenders
     minutes = args.short_minutes * args.refine_scale
     for family in families:
         cells = grid(family)
@@ -203,14 +210,10 @@ def run_grid(args: argparse.Namespace, families: list[Family]) -> Path:
         variants = shapes(best_of(finalists, refined))
         for cell in variants:
             refined[cell] = refined.get(cell) or train_cell(cell, args, minutes, name=longer(cell))
-        contenders = last_rung(best_of(variants, refined), cells, reports)
-        for cell in contenders:
-            last[cell] = train_cell(cell, args, args.last_minutes, name=longest(cell))
-        chosen[family.name] = best_of(contenders, last)
+        chosen[family.name] = contenders(best_of(variants, refined), cells, reports)
     path = Path(args.out) / "choices.json"
     choices = json.loads(path.read_text()) if path.exists() else {}
-    choices |= {name: {"augmentation": cell.augmentation, "regularisation": cell.regularisation, "shape": cell.shape,
-                       "overrides": list(cell.overrides)} for name, cell in chosen.items()}  # fmt: skip
+    choices |= {name: [described(cell) for cell in cells] for name, cells in chosen.items()}
     path.write_text(json.dumps(choices, indent=1) + "\n")
 
     figure, axes = plt.subplots(1, len(families), figsize=(5.5 * len(families), 4.5), squeeze=False)
@@ -241,81 +244,104 @@ def run_grid(args: argparse.Namespace, families: list[Family]) -> Path:
     for runs, budget, directory in (
         (reports, args.short_minutes, lambda cell: cell.name),
         (refined, minutes, longer),
-        (last, args.last_minutes, longest),
     ):
         for cell, r in runs.items():
-            mark = " (chosen)" if runs is last and cell in chosen.values() else ""
+            mark = " (best)" if runs is refined and cell == chosen[cell.family.name][0] else ""
             name = directory(cell)
             rows.append([cell.family.name + mark, cell.augmentation, cell.regularisation, cell.shape, f"{budget:g}",
                          f"{r['wall_seconds'] / 60:.1f}", f"{gflops(Path(args.out) / name):.3f}", r["steps"],
                          f"{100 * r['val_top1']:.2f}%", f"{100 * r['test_top1']:.2f}%"])  # fmt: skip
     notes = (
         f"The grid: {args.short_minutes:g} min of this machine a run; its best {args.refine} cells of each family and "
-        f"the shapes: {minutes:g} min; the best of those against the best cell of another augmentation level: "
-        f"{args.last_minutes:g} min. Every run (steps sized from probes of "
+        f"the shapes: {minutes:g} min. Every run (steps sized from probes of "
         f"{args.probe_steps} and {2 * args.probe_steps} steps, one pair per cell), {args.val_split} training images "
         f"held out for validation, {args.processes} process(es). Augmentation: "
         + "; ".join(f"{k}: {' '.join(v)}" for k, v in AUGMENTATION.items())
         + ". Regularisation: "
         + "; ".join(f"{f} {k}: {' '.join(v)}" for f, regs in REGULARISATION.items() for k, v in regs.items())
-        + ". The test column is shown, never used to choose."
-    )
-    title = (
-        f"Augmentation x regularisation at {args.short_minutes:g} minutes a run, finalists and shapes at {minutes:g}, "
-        f"the last two at {args.last_minutes:g}"
-    )
+        + ". The test column is shown, never used to choose. The contenders at the full budget: "
+        + "; ".join(f"{name}: " + " and ".join(f"{c.augmentation} augmentation, {c.regularisation} regularisation, "
+                                                f"{c.shape}" for c in cells) for name, cells in chosen.items())
+        + "."
+    )  # fmt: skip
+    title = f"Augmentation x regularisation at {args.short_minutes:g} minutes a run, finalists and shapes at {minutes:g}"
     return write_results(Path(args.out), "small_data_grid", title, (header, rows), figure, notes)
 
 
+@dataclass(frozen=True)
+class Final:
+    """A family's contender chosen at the full budget, its run at every seed, and its rival's at the first."""
+
+    chosen: Cell
+    runs: list[Path]
+    rival: Cell
+    rival_run: Path
+
+
 def run_final(args: argparse.Namespace, families: list[Family]) -> Path:
-    """Each family's chosen cell at the full budget, one run per seed, on the whole training set."""
+    """Each family's two contenders at the full budget (seed 0), then the better of them on the validation split
+    at the other seeds."""
     choices = json.loads((Path(args.out) / "choices.json").read_text())
-    final = argparse.Namespace(**{**vars(args), "val_split": 0})  # the test set only reports
-    runs: dict[str, list[Path]] = {}
+    out, seeds = Path(args.out), SEEDS[: args.seeds]
+    finals: dict[str, Final] = {}
     for family in families:
-        choice = choices[family.name]
-        cell = Cell(family, choice["augmentation"], choice["regularisation"], choice["shape"])
-        runs[family.name] = []
-        for seed in SEEDS[: args.seeds]:
-            name = f"final_{cell.name}_s{seed}"
-            train_cell(cell, final, args.budget_minutes, seed, name)
-            runs[family.name].append(Path(args.out) / name)
-    return tabulate_final(runs, final)
+        cells = [
+            Cell(family, c["augmentation"], c["regularisation"], c["shape"]) for c in choices[family.name]
+        ]
+        first = {
+            cell: train_cell(cell, args, args.budget_minutes, seeds[0], final(cell, seeds[0]))
+            for cell in cells
+        }
+        chosen = best_of(cells, first)
+        for seed in seeds[1:]:
+            train_cell(chosen, args, args.budget_minutes, seed, final(chosen, seed))
+        rival = next(cell for cell in cells if cell != chosen)
+        finals[family.name] = Final(
+            chosen, [out / final(chosen, s) for s in seeds], rival, out / final(rival, seeds[0])
+        )
+    return tabulate_final(finals, args)
 
 
-def tabulate_final(runs: dict[str, list[Path]], args: argparse.Namespace) -> Path:
+def tabulate_final(finals: dict[str, Final], args: argparse.Namespace) -> Path:
     test = load_dataset("fashion_mnist", "test")
     fp32 = choose_precision("fp32", "cpu")
-    top1 = {name: [predictions(vitkit.load_weights(run).eval(), test, fp32) for run in dirs]
-            for name, dirs in runs.items()}  # fmt: skip
-    header = ["model", "test top-1 (mean ± std)", "per seed", *(f"time to {t:g}%" for t in TARGETS)]
+    header = ["model", "augmentation", "regularisation", "shape", "validation top-1 (seed 0)",
+              "test top-1 (mean ± std)", "per seed", *(f"time to {t:g}% (validation)" for t in TARGETS)]  # fmt: skip
     rows = []
     figure, ax = plt.subplots(figsize=(7, 4.5))
-    for name, dirs in runs.items():
-        reports = [json.loads((run / "report.json").read_text()) for run in dirs]
-        reached = []
-        for target in TARGETS:
-            times = [next((m for m, a in evaluations(run, "test_top1") if a >= target), None) for run in dirs]
-            reached.append(", ".join("not reached" if t is None else f"{t:.1f} min" for t in times))
-        rows.append([name, percent([r["test_top1"] for r in reports]),
-                     ", ".join(f"{100 * r['test_top1']:.2f}%" for r in reports), *reached])  # fmt: skip
-        for seed, run in enumerate(dirs):
-            points = evaluations(run, "test_top1")
-            ax.plot(*zip(*points, strict=True), "o-", ms=3, label=f"{name} seed {seed}")
-    both = len(top1) == len(FAMILIES)
-    pairs = [paired_test(v, r, test.labels).describe()
-             for v, r in zip(top1[VIT.name], top1[RESNET.name], strict=True)] if both else []  # fmt: skip
+    for name, f in finals.items():
+        for cell, runs, mark in ((f.chosen, f.runs, " (chosen)"), (f.rival, [f.rival_run], "")):
+            reports = [json.loads((run / "report.json").read_text()) for run in runs]
+            reached = []
+            for target in TARGETS:
+                times = [
+                    next((m for m, a in evaluations(run, "val_top1") if a >= target), None) for run in runs
+                ]
+                reached.append(", ".join("not reached" if t is None else f"{t:.1f} min" for t in times))
+            rows.append([name + mark, cell.augmentation, cell.regularisation, cell.shape,
+                         f"{100 * reports[0]['val_top1']:.2f}%", percent([r["test_top1"] for r in reports]),
+                         ", ".join(f"{100 * r['test_top1']:.2f}%" for r in reports), *reached])  # fmt: skip
+        for seed, run in enumerate(f.runs):
+            ax.plot(*zip(*evaluations(run, "val_top1"), strict=True), "o-", ms=3, label=f"{name} seed {seed}")
+    pairs = []
+    if len(finals) == len(FAMILIES):  # ViT against ResNet, seed by seed
+        vit, resnet = finals[VIT.name].runs, finals[RESNET.name].runs
+        pairs = [paired_test(predictions(vitkit.load_weights(v).eval(), test, fp32),
+                             predictions(vitkit.load_weights(r).eval(), test, fp32), test.labels).describe()
+                 for v, r in zip(vit, resnet, strict=True)]  # fmt: skip
     for target in TARGETS:
         ax.axhline(target, color="grey", ls="--", lw=1)
-    ax.set(xlabel="engine wall time (minutes)", ylabel="test top-1 (%)", title="The chosen ViT and ResNet")
+    ax.set(
+        xlabel="engine wall time (minutes)", ylabel="validation top-1 (%)", title="The chosen ViT and ResNet"
+    )
     ax.set_ylim(85, 95)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     notes = (
-        "ViT against ResNet, seed by seed (exact McNemar): "
+        f"Every run: {args.budget_minutes:g} minutes of this machine, {args.val_split} training images held out "
+        "for the choice and the curves, the test set reports only. "
+        + ("ViT against ResNet, seed by seed (exact McNemar): " if pairs else "")
         + "; ".join(f"seed {s}: {text}" for s, text in enumerate(pairs))
-        if pairs
-        else ""
     )
     title = f"The chosen recipes at {args.budget_minutes:g} minutes, {args.seeds} seeds"
     return write_results(Path(args.out), "small_data_final", title, (header, rows), figure, notes)
@@ -332,32 +358,27 @@ def main(argv: list[str] | None = None) -> Path:
         "--refine", type=int, default=3, help="grid cells of each family run again longer (default 3)"
     )
     p.add_argument("--refine-scale", type=float, default=2.0, help="their budget over the grid's (default 2)")
-    p.add_argument(
-        "--last-minutes", type=float, default=10.0, help="budget of the last rung's two runs (default 10)"
-    )
     p.add_argument("--val-split", type=int, default=5000, help="training images held out to choose on")
-    p.add_argument("--seeds", type=int, default=len(SEEDS), help="final runs per family (default 3)")
+    p.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds of each family's chosen contender (default 3)")
     p.add_argument("--final", action="store_true", help="stage 2: the choices at the full budget")
     p.add_argument("--family", choices=FAMILIES, help="one family's part of the stage (default both)")
     args = p.parse_args(argv)
     families = [FAMILIES[args.family]] if args.family else list(FAMILIES.values())
     if args.final:
-        minutes = len(families) * args.seeds * args.budget_minutes
+        minutes = len(families) * (args.seeds + 1) * args.budget_minutes
         print(
             f"stage 2: about {minutes:g} minutes of this machine, less the runs already in --out", flush=True
         )
         return run_final(args, families)
     short = sum(len(grid(f)) for f in families)
     longer_runs = sum(args.refine + len(SHAPES[f.name]) - 1 + (f is VIT) for f in families)
-    last_runs = 2 * len(families)  # per family: the best so far, and another augmentation level in its shape
     total = (
-        (short + longer_runs + last_runs // 2) * 0.5
+        (short + longer_runs) * 0.5
         + short * args.short_minutes
         + longer_runs * args.short_minutes * args.refine_scale
-        + last_runs * args.last_minutes
     )
-    print(f"stage 1: {short} runs of {args.short_minutes:g} min, {longer_runs} of "
-          f"{args.short_minutes * args.refine_scale:g} and {last_runs} of {args.last_minutes:g}, about {total:.0f} "
+    print(f"stage 1: {short} runs of {args.short_minutes:g} min and {longer_runs} of "
+          f"{args.short_minutes * args.refine_scale:g}, about {total:.0f} "
           "minutes of this machine with their speed probes, less the runs already in --out", flush=True)  # fmt: skip
     return run_grid(args, families)
 

@@ -166,8 +166,8 @@ def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_p
 @pytest.mark.slow
 def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by_seed(tmp_path, monkeypatch):
     """A 2 x 2 grid with two shapes per family (the full grid's plumbing is the same), its best 2 cells again at
-    twice the budget, the shapes there, the best of those against the other augmentation level's best cell in its
-    shape, then the final stage."""
+    twice the budget, the shapes there; then the best and its rival of the other augmentation level at the full
+    budget, and the better of them at a second seed."""
     from experiments import small_data_study as study
 
     monkeypatch.setattr(study, "AUGMENTATION", {k: study.AUGMENTATION[k] for k in ("none", "light")})
@@ -177,11 +177,20 @@ def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by
         {f: {k: r[k] for k in ("none", "heavy")} for f, r in study.REGULARISATION.items()},
     )
     monkeypatch.setattr(study, "SHAPES", {f: dict(list(s.items())[:2]) for f, s in study.SHAPES.items()})
-    common = ["--out", str(tmp_path), "--tiny", "--probe-steps", "2", "--processes", "1"]
-    grid = ["--short-minutes", "0.005", "--last-minutes", "0.02", "--val-split", "100", "--refine", "2"]
-    text = check_outputs(study.main([*common, *grid]))
+    common = [
+        "--out",
+        str(tmp_path),
+        "--tiny",
+        "--probe-steps",
+        "2",
+        "--processes",
+        "1",
+        "--val-split",
+        "100",
+    ]
+    text = check_outputs(study.main([*common, "--short-minutes", "0.005", "--refine", "2"]))
     choices = json.loads((tmp_path / "choices.json").read_text())
-    longer_runs = 0
+    longer_runs, contenders = 0, {}
     for family in (study.VIT, study.RESNET):
         cells = study.grid(family)
         short = {c: report(tmp_path / c.name)["val_top1"] for c in cells}
@@ -192,22 +201,22 @@ def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by
         longer |= {c: report(tmp_path / study.longer(c))["val_top1"] for c in variants}
         leader = max(variants, key=longer.__getitem__)
         rival = max((c for c in cells if c.augmentation != leader.augmentation), key=short.__getitem__)
-        contenders = [leader, dataclasses.replace(rival, shape=leader.shape)]
-        assert study.last_rung(leader, cells, {c: {"val_top1": v} for c, v in short.items()}) == contenders
-        last = {c: report(tmp_path / study.longest(c))["val_top1"] for c in contenders}
-        chosen = max(contenders, key=last.__getitem__)
-        assert choices[family.name] == {
-            "augmentation": chosen.augmentation,
-            "regularisation": chosen.regularisation,
-            "shape": chosen.shape,
-            "overrides": list(chosen.overrides),
-        }
-        longer_runs += len(longer) + len(last)
+        contenders[family.name] = [leader, dataclasses.replace(rival, shape=leader.shape)]
+        assert choices[family.name] == [study.described(c) for c in contenders[family.name]]
+        longer_runs += len(longer)
     rows = table_rows(text)[1:]  # below the header: one per distinct run
-    assert sum(row[0].endswith("(chosen)") for row in rows) == 2
+    assert sum(row[0].endswith("(best)") for row in rows) == 2
     assert len(rows) == sum(len(study.grid(f)) for f in (study.VIT, study.RESNET)) + longer_runs
     final_args = [*common, "--budget-minutes", "0.005", "--seeds", "2", "--final"]
     vit_only = check_outputs(study.main([*final_args, "--family", "vit"]))
-    assert len(table_rows(vit_only)) == 2 and "McNemar" not in vit_only  # header and the ViT
+    assert (
+        len(table_rows(vit_only)) == 3 and "McNemar" not in vit_only
+    )  # header, the chosen ViT and its rival
     final = check_outputs(study.main(final_args))  # the ViT's runs read, the ResNet's trained
-    assert final.count("exact McNemar p = ") == 2 and "time to 92%" in final  # one test per seed pair
+    for family in (study.VIT, study.RESNET):
+        first = {c: report(tmp_path / study.final(c, 0)) for c in contenders[family.name]}
+        chosen = max(first, key=lambda c: first[c]["val_top1"])
+        assert report(tmp_path / study.final(chosen, 1))["val_images"] == 100  # the choice's second seed
+        assert f"{family.name} (chosen) | {chosen.augmentation} | {chosen.regularisation} |" in final
+        assert sum(1 for c in contenders[family.name] if (tmp_path / study.final(c, 1)).exists()) == 1
+    assert final.count("exact McNemar p = ") == 2 and "time to 92% (validation)" in final  # one per seed pair
