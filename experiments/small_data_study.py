@@ -359,7 +359,9 @@ def main(argv: list[str] | None = None) -> Path:
     )
     p.add_argument("--refine-scale", type=float, default=2.0, help="their budget over the grid's (default 2)")
     p.add_argument("--val-split", type=int, default=5000, help="training images held out to choose on")
-    p.add_argument("--seeds", type=int, default=len(SEEDS), help="seeds of each family's chosen contender (default 3)")
+    p.add_argument(
+        "--seeds", type=int, default=len(SEEDS), help="seeds of each family's chosen contender (default 3)"
+    )
     p.add_argument("--final", action="store_true", help="stage 2: the choices at the full budget")
     p.add_argument("--family", choices=FAMILIES, help="one family's part of the stage (default both)")
     args = p.parse_args(argv)
