@@ -31,6 +31,11 @@ def table_rows(markdown: str) -> list[list[str]]:
     return [[c.strip() for c in line.strip("|").split("|")] for line in lines if not line.startswith("| ---")]
 
 
+def tiny_probed(out: Path) -> list[str]:
+    """Options of the budgeted experiments for seconds-long runs: tiny models, 2-step probes, one process."""
+    return ["--out", str(out), "--tiny", "--probe-steps", "2", "--processes", "1", "--val-split", "100"]
+
+
 def report(run_dir: Path) -> dict:
     return json.loads((run_dir / "report.json").read_text())
 
@@ -127,21 +132,7 @@ def test_steps_are_sized_from_the_probes_step_time_and_periodic_evaluation(monke
 
 
 def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_path):
-    md = vit_budget.main(
-        [
-            "--out",
-            str(tmp_path),
-            "--tiny",
-            "--budget-minutes",
-            "0.005",
-            "--probe-steps",
-            "2",
-            "--processes",
-            "1",
-            "--val-split",
-            "100",
-        ]
-    )
+    md = vit_budget.main([*tiny_probed(tmp_path), "--budget-minutes", "0.005"])
     text = check_outputs(md)
     rows = {row[0]: row for row in table_rows(text)}
     for model in vit_budget.MODELS:
@@ -177,17 +168,7 @@ def test_small_data_study_chooses_on_validation_and_compares_the_choices_seed_by
         {f: {k: r[k] for k in ("none", "heavy")} for f, r in study.REGULARISATION.items()},
     )
     monkeypatch.setattr(study, "SHAPES", {f: dict(list(s.items())[:2]) for f, s in study.SHAPES.items()})
-    common = [
-        "--out",
-        str(tmp_path),
-        "--tiny",
-        "--probe-steps",
-        "2",
-        "--processes",
-        "1",
-        "--val-split",
-        "100",
-    ]
+    common = tiny_probed(tmp_path)
     text = check_outputs(study.main([*common, "--short-minutes", "0.005", "--refine", "2"]))
     choices = json.loads((tmp_path / "choices.json").read_text())
     longer_runs, contenders = 0, {}
