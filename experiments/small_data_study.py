@@ -3,7 +3,7 @@ with the BiT ResNet tuned by the same procedure on the same budget.
 
 Stage 1, the grid (choices on a validation split, never the test set): every run gets the same short wall-clock
 budget (its steps sized from probes of its own speed, so slower augmentation costs steps, as it would cost a user
-time). The ViT of configs/fashion_mnist_vit_budget.toml and the ResNet of configs/fashion_mnist_resnet.toml each
+time). The ViT of configs/fashion_mnist_vit_augreg.toml and the ResNet of configs/fashion_mnist_resnet.toml each
 run augmentation (none, light, medium, heavy) x regularisation (none, light, medium, heavy). A short budget
 favours weak regularisation, which pays off only over longer training, so the best --refine cells of each grid
 run again at --refine-scale times the budget (successive halving). With the best of those, the family's shapes
@@ -38,14 +38,14 @@ from typing import Any
 import matplotlib.pyplot as plt
 
 import vitkit
-from experiments import vit_budget
+from experiments import common, vit_budget
 from experiments.common import HYBRID, RESNET, Family, evaluations, percent, run_vitkit, write_results
 from vitkit.data import load_dataset
 from vitkit.evaluate.paired import paired_test, predictions
 from vitkit.flops import count_flops
 from vitkit.precision import choose_precision
 
-VIT = vit_budget.VIT_BUDGET
+VIT = Family("ViT", "fashion_mnist_vit_augreg.toml", common.VIT.tiny)
 AUGMENTATION = {  # AugReg's axis: none, light (crops and flips), medium (+ Mixup), heavy (+ RandAugment, CutMix)
     "none": ("data.crop=none", "data.flip=false", "data.mixup=0", "data.cutmix=0", "data.randaugment=false"),
     "light": (

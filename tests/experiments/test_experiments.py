@@ -126,7 +126,7 @@ def test_steps_are_sized_from_the_probes_step_time_and_periodic_evaluation(monke
 
     monkeypatch.setattr(vit_budget, "probe", probe)
     args = argparse.Namespace(probe_steps=50, budget_minutes=10.0)
-    steps = vit_budget.sized_steps(vit_budget.VIT, args)
+    steps = vit_budget.sized_steps(vit_budget.VIT_BUDGET, args)
     run = warmup + steps * step + vit_budget.EVALUATIONS * periodic + final
     assert 600 * vit_budget.MARGIN - step < run <= 600 * vit_budget.MARGIN
 

@@ -29,6 +29,7 @@ def test_parameter_counts_match_the_official_code(name, count):
         ("ViT-B/16", "vit_base_patch16_224"),
         ("ViT-H/14", "vit_huge_patch14_224"),
         ("R50+ViT-B/16", "vit_base_r50_s16_224"),
+        ("R26+ViT-S/32", "vit_small_r26_s32_224"),
         ("R50x1", "resnetv2_50x1_bit"),
     ],
 )

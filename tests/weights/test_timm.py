@@ -1,4 +1,5 @@
-"""timm round trips: ViT-B/16, a GAP ViT, pre-logits and the R50+ViT-B/16 hybrid, live models and files."""
+"""timm round trips: ViT-B/16, a GAP ViT, pre-logits and the R50+ViT-B/16 and R26+ViT-S/32 hybrids, live models and
+files."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ MODELS = {
         64,
     ),
     "r50_hybrid": ("vit_base_r50_s16_224", {}, "R50+ViT-B/16", {}, 64),
+    "r26_hybrid": ("vit_small_r26_s32_224", {}, "R26+ViT-S/32", {}, 64),
 }
 
 
@@ -46,6 +48,7 @@ KEYS = [
     "gap",
     pytest.param("vit_b16", marks=pytest.mark.slow),
     pytest.param("r50_hybrid", marks=pytest.mark.slow),
+    "r26_hybrid",
 ]
 
 
@@ -85,7 +88,7 @@ def test_from_timm(key: str, timm_models: dict[str, torch.nn.Module]) -> None:
         expected, got = source(x), model(x)
     print(f"\nfrom_timm {key}: logits {max_abs(got, expected):.2e}")
     torch.testing.assert_close(got, expected, **TOL)
-    assert model.config.num_heads == 12 and model.config.activation == "gelu"
+    assert model.config.num_heads == source.blocks[0].attn.num_heads and model.config.activation == "gelu"
 
 
 @pytest.mark.parametrize("key", KEYS)

@@ -56,15 +56,17 @@ def _vit_entries() -> list[ModelEntry]:
             config: dict[str, Any] = dict(model_type="vit", patch_size=patch, **dims)
             entries.append(ModelEntry(f"ViT-{size}/{patch}", (timm,), config))
     # Hybrids (§4.1): option (ii) stage 4 folded into stage 3 -> stride 16; option (i) full ResNet50 -> stride 32.
-    for size, layers, stride in (
-        ("B", (3, 4, 9), 16),
-        ("L", (3, 4, 9), 16),
-        ("B", (3, 4, 6, 3), 32),
-        ("L", (3, 4, 6, 3), 32),
+    # R26+ViT-S/32 (two units a stage) is AugReg's hybrid for small compute (Steiner et al. 2021).
+    for resnet, size, layers, stride in (
+        ("R50", "B", (3, 4, 9), 16),
+        ("R50", "L", (3, 4, 9), 16),
+        ("R50", "B", (3, 4, 6, 3), 32),
+        ("R50", "L", (3, 4, 6, 3), 32),
+        ("R26", "S", (2, 2, 2, 2), 32),
     ):
-        timm = f"vit_{TIMM_SIZE_NAMES[size]}_r50_s{stride}_224"
+        timm = f"vit_{TIMM_SIZE_NAMES[size]}_{resnet.lower()}_s{stride}_224"
         config = dict(model_type="vit", patch_size=1, resnet_layers=layers, **VIT_SIZES[size])
-        entries.append(ModelEntry(f"R50+ViT-{size}/{stride}", (timm,), config))
+        entries.append(ModelEntry(f"{resnet}+ViT-{size}/{stride}", (timm,), config))
     entries.append(ModelEntry("ViT-Mini/4", (), dict(model_type="vit", patch_size=4, **MINI_VIT)))
     return entries
 
