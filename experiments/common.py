@@ -142,13 +142,18 @@ def evaluations(run_dir: Path, key: str) -> list[tuple[float, float]]:
 
 
 def write_reports(out: Path, path: Path) -> None:
-    """One JSON file of every run directory's report.json under `out` and every other JSON file in `out`."""
+    """One JSON file of every run directory's report.json under `out` and every other JSON file in `out` but
+    such bundles."""
     bundle = {
         "runs": {
             report.parent.name: json.loads(report.read_text())
             for report in sorted(out.glob(f"*/{REPORT_NAME}"))
         },
-        "files": {f.name: json.loads(f.read_text()) for f in sorted(out.glob("*.json")) if f != path},
+        "files": {
+            f.name: json.loads(f.read_text())
+            for f in sorted(out.glob("*.json"))
+            if not f.name.endswith("_reports.json")
+        },
     }
     path.write_text(json.dumps(bundle, indent=1) + "\n")
 

@@ -47,6 +47,7 @@ def check_outputs(md: Path) -> str:
     bundle = json.loads(md.with_name(f"{md.stem}_reports.json").read_text())
     runs = {r.parent.name: json.loads(r.read_text()) for r in md.parent.glob("*/report.json")}
     assert runs and bundle["runs"] == runs  # every run's report, kept with the table it backs
+    assert not [name for name in bundle["files"] if name.endswith("_reports.json")]  # no bundle in a bundle
     return text
 
 
