@@ -142,8 +142,8 @@ def evaluations(run_dir: Path, key: str) -> list[tuple[float, float]]:
 
 
 def write_reports(out: Path, path: Path) -> None:
-    """One JSON file of every run directory's report.json under `out` and every other JSON file in `out` but
-    such bundles."""
+    """One JSON file of every run directory's report.json under `out` and every JSON file in `out` that is not
+    itself such a bundle (*_reports.json)."""
     bundle = {
         "runs": {
             report.parent.name: json.loads(report.read_text())
