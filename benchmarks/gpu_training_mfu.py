@@ -13,6 +13,10 @@ model computes its last layer for the class token alone; timm every token), agai
 the attainable ceiling.
 
     python benchmarks/gpu_training_mfu.py --batch-size 256 --steps 20 --rounds 3 --compile
+    python benchmarks/gpu_training_mfu.py --batch-size 512 --sdpa cudnn --profile profile.txt
+
+`--sdpa` pins the attention kernel of every implementation (default: torch's own choice); `--profile` writes the
+kernels of the engine's step, run eagerly without its CUDA graph, by GPU time: where the time goes.
 
 On a CPU it runs as a smoke test of itself:
 `python benchmarks/gpu_training_mfu.py --device cpu --model ViT-Ti/16 --img-size 32 --batch-size 4 --steps 1`.
@@ -21,6 +25,7 @@ On a CPU it runs as a smoke test of itself:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import itertools
 import statistics
@@ -30,6 +35,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
 
 import vitkit
 from vitkit.bench.table import environment, format_table
@@ -60,6 +67,14 @@ def synthetic_images(count: int, size: int, classes: int, device: torch.device) 
     return ImageDataset(images.to(device), labels.to(device), names, "synthetic (random pixels)")
 
 
+SDPA_BACKENDS = {
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
 def recipe(args: argparse.Namespace, compile: bool) -> RunConfig:
     """The engine's recipe for the timed model: ImageNet-style crop and flip, AdamW, clipping at 1, bf16."""
     config = RunConfig()
@@ -71,9 +86,12 @@ def recipe(args: argparse.Namespace, compile: bool) -> RunConfig:
     return config
 
 
-def engine_candidate(args: argparse.Namespace, data: ImageDataset, compile: bool) -> Callable[[], None]:
-    """One call runs one step of vitkit's engine (data path included)."""
+def engine_candidate(
+    args: argparse.Namespace, data: ImageDataset, compile: bool, graphed: bool = True
+) -> Callable[[], None]:
+    """One call runs one step of vitkit's engine (data path included); `graphed=False` turns its CUDA graph off."""
     config = recipe(args, compile)
+    config.train.cuda_graph = "auto" if graphed else "off"
     torch.manual_seed(0)
     model = build_run_model(config, data.classes, None).to(args.device)
     model.train()
@@ -140,6 +158,23 @@ def matmul_tflops(device: torch.device) -> float:
     return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
 
 
+def write_profile(args: argparse.Namespace, data: ImageDataset, path: str) -> None:
+    """The kernels of `--steps` eager steps of the engine (no CUDA graph, which would hide them), by GPU time."""
+    step = engine_candidate(args, data, compile=False, graphed=False)
+    for _ in range(args.warmup):
+        step()
+    synchronize(args.device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        for _ in range(args.steps):
+            step()
+        synchronize(args.device)
+    sort = "cuda_time_total" if args.device.type == "cuda" else "cpu_time_total"
+    with open(path, "w") as f:
+        f.write(f"{args.model} at {args.img_size}, batch {args.batch_size}, {args.steps} eager steps\n")
+        f.write(profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="ViT-B/16")
@@ -152,7 +187,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--compile", action="store_true", help="also time both compiled")
     parser.add_argument("--device", type=torch.device, default=torch.device("cuda"))
     parser.add_argument("--peak-tflops", type=float, default=None)
+    parser.add_argument("--sdpa", choices=SDPA_BACKENDS, default=None, help="pin the attention kernel")
+    parser.add_argument("--profile", default=None, help="also write the engine step's kernels to this file")
     args = parser.parse_args(argv)
+    with sdpa_kernel(SDPA_BACKENDS[args.sdpa]) if args.sdpa else contextlib.nullcontext():
+        return measure(args)
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
+    """The table of `main`'s arguments."""
     if args.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     data = synthetic_images(args.images or 8 * args.batch_size, args.img_size, 1000, args.device)
@@ -197,10 +240,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
             "MFU": ceiling / peak if peak else None,
         }
     )
+    attention = f"attention {args.sdpa or 'as torch chooses'}"
     print(
-        f"\n{args.model} at {args.img_size}, batch {args.batch_size}, bf16; peak {peak} TFLOP/s; {environment()}\n"
+        f"\n{args.model} at {args.img_size}, batch {args.batch_size}, bf16, {attention}; peak {peak} TFLOP/s; "
+        f"{environment()}\n"
     )
     print(format_table(rows))
+    if args.profile:
+        write_profile(args, data, args.profile)
     return rows
 
 
