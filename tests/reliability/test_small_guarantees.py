@@ -4,6 +4,7 @@ bytes from identical saves, a DataLoader worker's error as one line, names users
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 
 import pytest
 import torch
@@ -11,7 +12,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from tiny_run import TINY
 from vitkit import cli
-from vitkit.data.workers import next_batch
+from vitkit.data import ReadOptions
+from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
 from vitkit.evaluate.confusion import plot_confusion
 from vitkit.storage import save_state_dict
 
@@ -54,6 +56,19 @@ def test_a_worker_error_reaches_the_main_process_as_one_line() -> None:
         stream._shutdown_workers()
     message = "RuntimeError: item 0 broke with a second line (RuntimeError in DataLoader worker process 0)"
     assert str(raised.value) == message
+
+
+def test_a_failed_batch_stops_the_loader_workers_at_once() -> None:
+    """The error's traceback still holds the loader's iterator; its workers must not wait for the process's exit
+    (and torch's 5 s join timeout there)."""
+    options, cpu = ReadOptions(workers=1), torch.device("cpu")
+    steps = LoaderSteps(lambda start: Failing(), 2, options, cpu)
+    with pytest.raises(RuntimeError, match="item 0 broke"):
+        steps(0)
+    assert not multiprocessing.active_children()
+    with pytest.raises(RuntimeError, match="item 0 broke"):
+        next(loader_batches(Failing(), 2, options, cpu))
+    assert not multiprocessing.active_children()
 
 
 def test_names_users_control_are_drawn(tmp_path) -> None:

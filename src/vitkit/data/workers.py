@@ -89,22 +89,34 @@ class LoaderSteps:
             self._stream = start_stream(
                 loader(self.steps_from(step), self.options, self.device.type == "cuda")
             )
-        batch = next_batch(self._stream)
+        try:
+            batch = next_batch(self._stream)
+        except BaseException:
+            self.close()
+            raise
         self._next_step = step + 1
         return batch
 
     def close(self) -> None:
-        """Stop the worker processes now. The loader's iterator is shut down explicitly: an exception leaving a
-        step (Ctrl-C) keeps it referenced from its traceback, so dropping it alone would leave the workers running
-        until the process exits."""
+        """Stop the worker processes now (also when reading a batch failed)."""
         stream, self._stream = self._stream, None
-        shutdown = getattr(stream, "_shutdown_workers", None)  # torch's DataLoader iterator (with workers)
-        if shutdown is not None:
-            shutdown()
+        stop_workers(stream)
+
+
+def stop_workers(stream: Iterator[Batch] | None) -> None:
+    """Shut a DataLoader iterator's worker processes down now. An error leaving a step keeps the iterator
+    referenced from its traceback, so dropping it alone would leave the workers running until the process
+    exits (and then waiting for them)."""
+    shutdown = getattr(stream, "_shutdown_workers", None)  # torch's DataLoader iterator (with workers)
+    if shutdown is not None:
+        shutdown()
 
 
 def loader_batches(items: Dataset, count: int, options: ReadOptions, device: torch.device) -> Iterator[Batch]:
     """The `count` batches of `items` (a dataset of one batch an item), read as `options` say, in order."""
     stream = start_stream(loader(items, options, device.type == "cuda"))
-    for _ in range(count):
-        yield next_batch(stream)
+    try:
+        for _ in range(count):
+            yield next_batch(stream)
+    finally:
+        stop_workers(stream)
