@@ -236,8 +236,8 @@ def run_grid(args: argparse.Namespace, families: list[Family]) -> Path:
                  for a in AUGMENTATION]  # fmt: skip
         image = ax.imshow(table, cmap="viridis")
         for i, j in itertools.product(range(len(table)), range(len(regs))):
-            bright = image.norm(table[i][j]) > 0.6  # viridis turns yellow: dark text there
-            ax.text(j, i, f"{table[i][j]:.2f}", ha="center", va="center", color="k" if bright else "w", fontsize=9)
+            colour = "k" if image.norm(table[i][j]) > 0.6 else "w"  # viridis turns yellow: dark text there
+            ax.text(j, i, f"{table[i][j]:.2f}", ha="center", va="center", color=colour, fontsize=9)
         ax.set(xticks=range(len(regs)), xticklabels=regs, yticks=range(len(AUGMENTATION)),
                yticklabels=list(AUGMENTATION), xlabel="regularisation", ylabel="augmentation",
                title=f"{family.name}: validation top-1 (%)")  # fmt: skip
