@@ -9,6 +9,7 @@ import torch
 import vitkit
 from grad_checkpointing import assert_checkpointing_recomputes
 from vitkit.models.posemb import LearnedPositionEmbedding, resample_position_embedding
+from vitkit.models.vit import PatchEmbed
 
 TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10)
 POS_EMBEDS = ["none", "learned", "learned_2d", "sincos", "relative"]
@@ -72,6 +73,28 @@ def test_attention_weights_reproduce_the_layer_output(tiny):
         q, k, _ = block.attn.qkv(block.norm1(tokens)).view(1, 17, 3, 3, 16).permute(2, 0, 3, 1, 4)
         expected = (q @ k.transpose(-2, -1) / math.sqrt(16)).softmax(-1)
     torch.testing.assert_close(weights, expected)
+
+
+@pytest.mark.parametrize(
+    ("channels", "size", "patch"), [(3, (32, 32), (8, 8)), (1, (30, 27), (4, 4)), (2, (12, 20), (3, 5))]
+)
+def test_patch_embedding_is_the_strided_convolution_of_its_kernel(channels, size, patch):
+    """The product over flattened patches equals the convolution of E's kernel with stride P, remainder pixels
+    left out, values and gradients (of the input too: a hybrid's feature map has one)."""
+    torch.manual_seed(0)
+    embed = PatchEmbed(channels, 16, patch)
+    x = torch.randn(2, channels, *size, requires_grad=True)
+    tokens, grid = embed(x)
+    conv = embed.proj(x)
+    assert grid == tuple(conv.shape[-2:])
+    torch.testing.assert_close(tokens, conv.flatten(2).transpose(1, 2), rtol=1e-5, atol=1e-5)
+    upstream = torch.randn_like(tokens)
+    ours = torch.autograd.grad(tokens, (x, embed.proj.weight, embed.proj.bias), upstream)
+    theirs = torch.autograd.grad(
+        conv, (x, embed.proj.weight, embed.proj.bias), upstream.transpose(1, 2).unflatten(2, grid)
+    )
+    for a, b in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
 def test_forward_shapes_and_pre_logits(tiny):

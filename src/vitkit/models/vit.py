@@ -29,16 +29,24 @@ Grid = tuple[int, int]
 
 
 class PatchEmbed(nn.Module):
-    """Linear projection E of flattened P x P patches, written as a conv with kernel = stride = P."""
+    """Linear projection E of flattened P x P patches (Eq. 1), one matrix product over all patches.
+
+    E is kept as the official checkpoints, timm and transformers keep it, a convolution's kernel [D, C, P, P]
+    (kernel = stride = P); the product computes that convolution, faster forward and backward on a CPU
+    (benchmarks/patch_embedding.py). Pixels past the last whole patch are left out, as the convolution leaves them."""
 
     def __init__(self, in_chans: int, dim: int, patch_size: tuple[int, int]) -> None:
         super().__init__()
         self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
-        x = self.proj(x)
-        grid = (x.shape[-2], x.shape[-1])
-        return x.flatten(2).transpose(1, 2), grid
+        B, C, H, W = x.shape
+        ph, pw = self.proj.kernel_size
+        grid = (H // ph, W // pw)
+        patches = x[..., : grid[0] * ph, : grid[1] * pw].reshape(B, C, grid[0], ph, grid[1], pw)
+        # x_p: [B, N, C * P * P], its entries in the order of E's rows
+        patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(B, grid[0] * grid[1], C * ph * pw)
+        return F.linear(patches, self.proj.weight.flatten(1), self.proj.bias), grid
 
 
 class Attention(nn.Module):
