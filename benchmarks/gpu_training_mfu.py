@@ -15,8 +15,10 @@ the attainable ceiling.
     python benchmarks/gpu_training_mfu.py --batch-size 256 --steps 20 --rounds 3 --compile
     python benchmarks/gpu_training_mfu.py --batch-size 512 --sdpa cudnn --profile profile.txt
 
-`--sdpa` pins the attention kernel of every implementation (default: torch's own choice); `--profile` writes the
-kernels of the engine's step, run eagerly without its CUDA graph, by GPU time: where the time goes.
+`--sdpa` pins the attention kernel of every implementation (default: torch's own choice). `--max-autotune`
+compiles both as mode 'max-autotune-no-cudagraphs' does: inductor times its kernel choices, matrix products with
+fused epilogues among them. `--profile` writes the kernels of the engine's step, run eagerly without its CUDA
+graph and, with `--compile`, compiled, by GPU time: where the time goes.
 
 On a CPU it runs as a smoke test of itself:
 `python benchmarks/gpu_training_mfu.py --device cpu --model ViT-Ti/16 --img-size 32 --batch-size 4 --steps 1`.
@@ -33,6 +35,7 @@ import time
 from collections.abc import Callable
 
 import torch
+import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -159,20 +162,24 @@ def matmul_tflops(device: torch.device) -> float:
 
 
 def write_profile(args: argparse.Namespace, data: ImageDataset, path: str) -> None:
-    """The kernels of `--steps` eager steps of the engine (no CUDA graph, which would hide them), by GPU time."""
-    step = engine_candidate(args, data, compile=False, graphed=False)
-    for _ in range(args.warmup):
-        step()
-    synchronize(args.device)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.type == "cuda" else [])
-    with profile(activities=activities) as profiler:
-        for _ in range(args.steps):
-            step()
-        synchronize(args.device)
+    """The kernels of `--steps` steps of the engine by GPU time: eager without its CUDA graph (which would hide
+    them), and with `--compile` compiled too (where inductor's fused kernels leave the time)."""
     sort = "cuda_time_total" if args.device.type == "cuda" else "cpu_time_total"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.type == "cuda" else [])
     with open(path, "w") as f:
-        f.write(f"{args.model} at {args.img_size}, batch {args.batch_size}, {args.steps} eager steps\n")
-        f.write(profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
+        for compile in (False, True) if args.compile else (False,):
+            step = engine_candidate(args, data, compile=compile, graphed=False)
+            for _ in range(args.warmup):
+                step()
+            synchronize(args.device)
+            with profile(activities=activities) as profiler:
+                for _ in range(args.steps):
+                    step()
+                synchronize(args.device)
+            kind = "compiled" if compile else "eager"
+            f.write(f"{args.model} at {args.img_size}, batch {args.batch_size}, {args.steps} {kind} steps\n")
+            f.write(profiler.key_averages().table(sort_by=sort, row_limit=40, max_name_column_width=70))
+            f.write("\n\n")
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -185,11 +192,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--compile", action="store_true", help="also time both compiled")
+    parser.add_argument("--max-autotune", action="store_true", help="compile as max-autotune-no-cudagraphs")
     parser.add_argument("--device", type=torch.device, default=torch.device("cuda"))
     parser.add_argument("--peak-tflops", type=float, default=None)
     parser.add_argument("--sdpa", choices=SDPA_BACKENDS, default=None, help="pin the attention kernel")
     parser.add_argument("--profile", default=None, help="also write the engine step's kernels to this file")
     args = parser.parse_args(argv)
+    # The options of mode='max-autotune-no-cudagraphs', for both implementations' torch.compile.
+    inductor_config.max_autotune = inductor_config.coordinate_descent_tuning = args.max_autotune
     with sdpa_kernel(SDPA_BACKENDS[args.sdpa]) if args.sdpa else contextlib.nullcontext():
         return measure(args)
 
