@@ -59,10 +59,9 @@ def common_args(model: Family, args: Any, extra: Sequence[str] = ()) -> list[str
 
 def probe(
     model: Family, args: Any, steps: int, name: str = "", extra: Sequence[str] = (), eval_every: int = 0
-) -> tuple[float, float, float]:
+) -> tuple[float, float]:
     """A short run of the recipe (with `extra` overrides) evaluating every `eval_every` steps (0: at the end
-    only): its wall seconds, training seconds, and the seconds of a steady step (report.json's step_seconds:
-    the mean of its timed log steps, after the first steps' warm-up)."""
+    only): its wall seconds and training seconds."""
     run_dir = Path(args.out) / f"probe_{name or run_name(model)}_{steps}"
     report = run_vitkit(
         "train",
@@ -76,21 +75,22 @@ def probe(
         ],
     )
     batch_size = load_config(run_dir / RECIPE_NAME).train.batch_size
-    train = steps * batch_size / report["images_per_second"]
-    return report["wall_seconds"], train, sum(report["step_seconds"].values()) or train / steps
+    return report["wall_seconds"], steps * batch_size / report["images_per_second"]
 
 
 def sized_steps(model: Family, args: Any, name: str = "", extra: Sequence[str] = ()) -> int:
     """Training steps that end the run, its evaluations included, at MARGIN of the budget.
 
     Two probes: n steps evaluating at the end only, and 2n steps evaluating also after step n. A steady step
-    takes what the longer probe's timed steps took; the rest of the difference of the probes' wall times beyond
-    their training is one periodic evaluation, which the run pays at most EVALUATIONS times; what the short probe
-    spent outside its steps (the final evaluation and checkpoint) the run pays once, and what its steps took
-    beyond n steady ones (their warm-up) once too."""
+    takes the difference of their training times over n (the timed log steps would overstate it on a GPU, which
+    they synchronise); the rest of the difference of their wall times is one periodic evaluation, which the run
+    pays at most EVALUATIONS times; what the short probe spent outside its steps (the final evaluation and
+    checkpoint) the run pays once, and what its steps took beyond n steady ones (their warm-up) once too."""
     n = args.probe_steps
-    short_wall, short_train, _ = probe(model, args, n, name, extra)
-    long_wall, long_train, step_seconds = probe(model, args, 2 * n, name, extra, eval_every=n)
+    short_wall, short_train = probe(model, args, n, name, extra)
+    long_wall, long_train = probe(model, args, 2 * n, name, extra, eval_every=n)
+    # Probes so short that noise swamps their difference fall back to the longer one's mean step.
+    step_seconds = (long_train - short_train) / n if long_train > short_train else long_train / (2 * n)
     periodic = max((long_wall - short_wall) - (long_train - short_train), 0.0)
     once = max(short_wall - short_train, 0.0)
     warmup = max(short_train - n * step_seconds, 0.0)

@@ -115,21 +115,36 @@ def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp
 
 
 def test_steps_are_sized_from_the_probes_step_time_and_periodic_evaluation(monkeypatch):
-    """Probes of a run whose steady steps take 0.1 s (what its timed steps report) after 2 s of warm-up, whose
-    periodic evaluation takes 3 s and whose final evaluation 5 s: a 10-minute budget holds the steps that end it at
-    MARGIN, evaluations included."""
+    """Probes of a run whose steady steps take 0.1 s after 2 s of warm-up, whose periodic evaluation takes 3 s
+    and whose final evaluation 5 s: a 10-minute budget holds the steps that end it at MARGIN, evaluations
+    included."""
     step, warmup, periodic, final = 0.1, 2.0, 3.0, 5.0
 
     def probe(model, args, steps, name="", extra=(), eval_every=0):
         train = warmup + steps * step
         evaluations = (steps - 1) // eval_every if eval_every else 0
-        return train + evaluations * periodic + final, train, step
+        return train + evaluations * periodic + final, train
 
     monkeypatch.setattr(vit_budget, "probe", probe)
     args = argparse.Namespace(probe_steps=50, budget_minutes=10.0)
     steps = vit_budget.sized_steps(vit_budget.VIT_BUDGET, args)
     run = warmup + steps * step + vit_budget.EVALUATIONS * periodic + final
     assert 600 * vit_budget.MARGIN - step < run <= 600 * vit_budget.MARGIN
+
+
+def test_probes_too_short_to_differ_size_the_steps_from_the_longer_ones_mean_step(monkeypatch):
+    """Noise can make the longer probe's training take no longer than the shorter's: the run is then sized from the
+    longer probe's mean step (its warm-up included, so it errs short), never from a zero or negative step."""
+
+    def probe(model, args, steps, name="", extra=(), eval_every=0):
+        return 10.0, 4.0  # wall and training seconds, whatever the steps
+
+    monkeypatch.setattr(vit_budget, "probe", probe)
+    args = argparse.Namespace(probe_steps=50, budget_minutes=10.0)
+    step = 4.0 / 100  # the longer probe's 100 steps
+    once, warmup = 10.0 - 4.0, 4.0 - 50 * step  # the final evaluation; the short probe beyond 50 such steps
+    available = 600 * vit_budget.MARGIN - once - warmup
+    assert vit_budget.sized_steps(vit_budget.VIT_BUDGET, args) == int(available / step)
 
 
 def test_vit_budget_sizes_both_runs_from_probes_and_tabulates_their_curves(tmp_path):
