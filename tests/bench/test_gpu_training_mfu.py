@@ -14,7 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_training_mfu.
 
 
 @pytest.mark.slow
-def test_the_gpu_mfu_script_runs_on_a_cpu(tmp_path, monkeypatch):
+def test_the_gpu_mfu_script_runs_on_a_cpu(tmp_path):
     pytest.importorskip("timm")
     spec = importlib.util.spec_from_file_location("gpu_training_mfu", SCRIPT)
     assert spec is not None and spec.loader is not None
@@ -23,9 +23,9 @@ def test_the_gpu_mfu_script_runs_on_a_cpu(tmp_path, monkeypatch):
     argv = "--device cpu --model ViT-Ti/16 --img-size 32 --batch-size 4 --steps 1 --rounds 1 --warmup 1 --sdpa math"
     argv += " --compile --max-autotune"
     autotune = ("max_autotune", "coordinate_descent_tuning")  # inductor options the script sets
-    for option in autotune:
-        monkeypatch.setattr(script.inductor_config, option, False)  # restored after the test
-    rows = script.main([*argv.split(), "--profile", str(tmp_path / "profile.txt")])
+    with script.inductor_config.patch(dict.fromkeys(autotune, False)):  # restored after the script
+        rows = script.main([*argv.split(), "--profile", str(tmp_path / "profile.txt")])
+        assert all(getattr(script.inductor_config, option) for option in autotune)
     by_name = {row["implementation"]: row for row in rows}
     engine = ("vitkit engine", "vitkit engine, compiled")
     peer = ("timm, plain loop", "timm, plain loop, compiled")
@@ -42,4 +42,3 @@ def test_the_gpu_mfu_script_runs_on_a_cpu(tmp_path, monkeypatch):
     eager, compiled = (tmp_path / "profile.txt").read_text().split("1 compiled steps")
     assert "1 eager steps" in eager and "aten::linear" in eager  # the engine's kernels, by time
     assert "CompiledFunction" in compiled
-    assert all(getattr(script.inductor_config, option) for option in autotune)
