@@ -1,6 +1,6 @@
 """benchmarks/gpu_training_mfu.py, the script a lent GPU runs in one call, runs here on the CPU as its own smoke
-test: every implementation trains, eager and compiled (max-autotune), each row's FLOPs are vitkit's count of the model it times,
-and the profile has both of the engine's steps."""
+test: every implementation trains, eager and compiled (max-autotune), each row's FLOPs are vitkit's count of the
+model it times, and the profile has both of the engine's steps."""
 
 import importlib.util
 from pathlib import Path
