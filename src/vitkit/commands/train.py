@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.commands._arguments import add_precision_argument
+from vitkit.configs import shipped_recipes
 from vitkit.device import resolve_device
 from vitkit.train import train
 from vitkit.train.annotated import annotated_toml
@@ -24,7 +25,9 @@ HELP = "train a model from a recipe (default: a small ViT on Fashion-MNIST, minu
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--config", help="TOML recipe with [model] [data] [optim] [train] (e.g. configs/*.toml)"
+        "--config",
+        help="TOML recipe with [model] [data] [optim] [train]: a file, or a recipe shipped with vitkit by name "
+        f"({', '.join(shipped_recipes())})",
     )
     parser.add_argument("--out", help="run directory (default: runs/<recipe>-<time>)")
     parser.add_argument("--model", help="shorthand for model.name=X: a registry model with its own defaults")

@@ -1,7 +1,7 @@
 """Run configurations as data: a recipe is four dataclass sections ([model], [data], [optim], [train]).
 
-Recipes are TOML files (configs/*.toml); any field can be overridden as `section.field=value`
-(vitkit.train.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
+Recipes are TOML files: a path, or a shipped recipe by name (vitkit.configs; the checkout's configs/); any field
+can be overridden as `section.field=value` (vitkit.train.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
 shows beside its value and default. The dataclass defaults are the default recipe: the small Fashion-MNIST ViT
 that `vitkit train` runs in minutes on a CPU (docs/RESULTS.md); the model follows the data
 (vitkit.train.defaults) unless one is named. `finetune_defaults()` is the paper's fine-tuning recipe (§3.2,
