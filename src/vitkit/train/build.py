@@ -25,7 +25,7 @@ from vitkit.data import (
 )
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Trainable, build_model, create_model
-from vitkit.precision import Precision, autocast, choose_precision, model_signature
+from vitkit.precision import Precision, autocast, model_signature, training_precision
 from vitkit.storage import CONFIG_NAME, pop_class_names
 from vitkit.train.averaging import ema_model
 from vitkit.train.checkpoint import SavedCheckpoint
@@ -101,7 +101,8 @@ def run_precision(
 ) -> Precision:
     """train.precision for this run (vitkit.precision): the one the run started with when resuming `saved`,
     else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and backward pass of
-    a micro-batch in both precisions. Rank 0 decides for every rank."""
+    a micro-batch in both precisions (announced; by rule instead for a large model or a trial of a few steps).
+    Rank 0 decides for every rank."""
     if saved is not None and "precision" in saved.state:
         name, reason = saved.state["precision"], saved.state["precision_reason"]
         return Precision(name, f"{reason} (kept from the run's start)", device)
@@ -124,7 +125,7 @@ def run_precision(
 
     key = ("train", model_signature(model), shape, t.objective, str(device))
     what = f"a forward and backward pass at batch {micro}"
-    chosen = choose_precision(t.precision, device, measure=measured_pass, key=key, what=what)
+    chosen = training_precision(t.precision, device, model, t.steps, measured_pass, key, what)
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 
