@@ -51,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     names = class_names(args.labels, model)
     files, missing = find_images(args.images)
     # the batches it will run: a few images are decided without a measurement that would cost more than them
-    precision = inference_precision(args.precision, model, max(1, min(args.batch_size, len(files))))
+    precision = inference_precision(
+        args.precision, model, max(1, min(args.batch_size, len(files))), images=len(files)
+    )
     print(f"device {precision.device}, precision {precision}", file=sys.stderr)
     named = {Path(p) for p in args.images if not Path(p).is_dir()}
     predictions = [Prediction(item["path"], error=f"{item['path']}: {item['reason']}") for item in missing]
