@@ -50,6 +50,19 @@ class RunData:
     def steps_per_epoch(self, train: TrainSection) -> int:
         return steps_per_epoch(len(self.train), train.batch_size)
 
+    def epoch_plan(self, train: TrainSection) -> str:
+        """'N steps per epoch', and the images each epoch leaves out when they do not fill a last batch (every
+        step has the same batch size; each epoch's order is new, so it leaves out others)."""
+        steps = self.steps_per_epoch(train)
+        plan = f"{steps} step{'s' * (steps != 1)} per epoch"
+        left = len(self.train) - steps * train.batch_size
+        if left:
+            plan += (
+                f", each leaving out {left} of the {len(self.train)} images (full batches of {train.batch_size} "
+                "only; others each epoch)"
+            )
+        return plan
+
 
 def open_data(data: DataSection, device: torch.device) -> RunData:
     """The splits of data.source, read as data.on_corrupt / workers / prefetch say."""
