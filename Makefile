@@ -13,7 +13,7 @@ setup: $(BIN)/vitkit
 $(BIN)/vitkit: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,dev]'
+	$(BIN)/pip install --quiet -e '.[test,dev,bench]'  # bench: scikit-image for benchmarks/make_photo_folders.py
 	touch $@
 
 run: setup

@@ -1,11 +1,14 @@
+#!/usr/bin/env python3
 """Sort the sample photographs shipped in scikit-image and scikit-learn into class folders (train / val).
 
 The result is a small ImageFolder of real images of mixed sizes (102 px to 1411 px) and modes (RGB, RGBA,
 grayscale, 1-bit, palette) stored as JPEG and PNG: the kind of folder a user fine-tunes on, and a check
 that every reader copes with every mode. Three classes by content; every third image of a class is val.
 
-    python benchmarks/make_photo_folders.py /work/big/photos
+    benchmarks/make_photo_folders.py /work/big/photos
     vitkit finetune --weights ViT-B_16.npz data.source=folder:/work/big/photos ...
+
+It needs scikit-image and scikit-learn: `pip install 'vitkit[bench]'` (`make setup` and `make run` install them).
 """
 
 from __future__ import annotations
@@ -15,9 +18,16 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-import skimage.data
 from PIL import Image
-from sklearn.datasets import load_sample_images
+
+try:
+    import skimage.data
+    from sklearn.datasets import load_sample_images
+except ImportError as missing:
+    raise SystemExit(
+        f"make_photo_folders.py needs scikit-image and scikit-learn ({missing.name} is missing): "
+        "pip install 'vitkit[bench]'"
+    ) from None
 
 # name -> (class, PIL mode to store, file format); the modes are chosen so that every one occurs.
 PHOTOS = {

@@ -1,5 +1,6 @@
 """`vitkit --help` lists every command without importing any of them or torch (it answers in a fraction of a
-second), `vitkit <command>` imports only that command, and `import vitkit` finds each public name on use."""
+second), `vitkit <command> --help` builds that command's parser without torch too, `vitkit <command>` imports only
+that command, and `import vitkit` finds each public name on use."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ try:
     cli.main(sys.argv[1:])
 except SystemExit:
     pass
-print(sorted(m for m in sys.modules if m == "torch" or m.startswith("vitkit.commands.")))
+shared = ("vitkit.commands._arguments", "vitkit.commands.parsers")  # what the cli itself imports
+print(sorted(m for m in sys.modules if m == "torch" or m.startswith("vitkit.commands.") and m not in shared))
 """
 
 
@@ -38,6 +40,50 @@ def test_help_lists_every_command_and_imports_none(capsys):
     assert all(f"    {name} " in listed for name in COMMANDS), listed
 
 
+# `vitkit bench` registers each benchmark's options from its module of vitkit.bench, which imports torch: a
+# developer's command, whose --help takes the seconds torch's import does.
+TORCH_FREE_PARSERS = [name for name in COMMANDS if name != "bench"]
+PARSERS_PROBE = """
+import sys
+from vitkit import cli
+for name in sys.argv[1:]:
+    cli.build_parser(name)
+print(sorted(m for m in ("torch", "numpy", "PIL") if m in sys.modules))
+"""
+
+
+def test_every_command_has_its_parser():
+    parsers = sorted(p.stem for p in (Path(cli.__file__).parent / "commands" / "parsers").glob("[!_]*.py"))
+    assert parsers == COMMANDS
+
+
+def test_a_commands_parser_imports_no_torch():
+    """What `vitkit <command> --help` costs: each parser built, with every option, and torch never imported."""
+    run = subprocess.run(
+        [sys.executable, "-c", PARSERS_PROBE, *TORCH_FREE_PARSERS],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
+
+
+def test_the_options_constants_read_from_source_are_the_modules():
+    from vitkit.commands import _arguments
+    from vitkit.data.decode import DEFAULT_MAX_PIXELS, MAX_PIXELS_ENV
+    from vitkit.data.pack import FORMATS
+    from vitkit.evaluate.weights import SPLITS
+    from vitkit.precision import PRECISIONS
+
+    assert _arguments.PRECISIONS == PRECISIONS and _arguments.MAX_PIXELS_ENV == MAX_PIXELS_ENV
+    assert _arguments.DEFAULT_MAX_PIXELS == DEFAULT_MAX_PIXELS
+    assert _arguments.literal("vitkit.evaluate.weights", "SPLITS") == SPLITS
+    assert _arguments.literal("vitkit.data.pack", "FORMATS") == FORMATS
+    with pytest.raises(LookupError, match="no literal"):
+        _arguments.literal("vitkit.precision", "inference_precision")
+
+
 def test_a_command_imports_only_itself(monkeypatch):
     imported = []
     real = cli.importlib.import_module
@@ -48,7 +94,10 @@ def test_a_command_imports_only_itself(monkeypatch):
     )
     args = cli.build_parser("weights").parse_args(["weights", "path", "ViT-B/16-i21k"])
     commands = [name for name in imported if name.startswith("vitkit.commands.")]
-    assert commands == ["vitkit.commands.weights"] and args.names == ["ViT-B/16-i21k"]
+    assert commands == ["vitkit.commands.parsers.weights"] and args.names == ["ViT-B/16-i21k"]
+    imported.clear()
+    cli.main(["weights", "path", "ViT-B/16-i21k"])
+    assert [name for name in imported if name.startswith("vitkit.commands.")][-1] == "vitkit.commands.weights"
 
 
 @pytest.mark.parametrize("name", vitkit.__all__ + ["inspect", "__version__"])

@@ -1,5 +1,6 @@
-"""`vitkit <command>`: every module in vitkit.commands is a sub-command (HELP, add_arguments, run), imported only
-when it runs (`vitkit --help` reads the HELP strings from the sources, and imports neither the commands nor torch).
+"""`vitkit <command>`: every module in vitkit.commands is a sub-command (run), its parser (HELP, add_arguments) the
+module of the same name in vitkit.commands.parsers; a command is imported only when it runs (`vitkit --help` reads
+the HELP strings from the sources, and `vitkit <command> --help` builds that parser: neither imports torch).
 
 Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the path or field, and an exit code:
   2  the request is wrong: an argument, option, recipe field or value, or an input file that is missing,
@@ -13,7 +14,7 @@ Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the 
 from __future__ import annotations
 
 import argparse
-import ast
+import functools
 import importlib
 import os
 import re
@@ -21,7 +22,8 @@ import sys
 import traceback
 from pathlib import Path
 
-import vitkit.commands
+import vitkit.commands.parsers
+from vitkit.commands._arguments import source_literals
 
 DEBUG_ENV = "VITKIT_DEBUG"
 USAGE, RUNTIME, INTERRUPTED = 2, 1, 130
@@ -32,16 +34,10 @@ def command_helps() -> dict[str, tuple[str, str]]:
     """Command name -> (module name, HELP), read from the modules' source without importing them: the commands
     import torch, which `vitkit --help` and a mistyped command must not wait for."""
     commands = {}
-    for path in sorted(Path(next(iter(vitkit.commands.__path__))).glob("*.py")):
+    for path in sorted(Path(next(iter(vitkit.commands.parsers.__path__))).glob("*.py")):
         if path.name.startswith("_"):
             continue
-        constants = {
-            node.targets[0].id: ast.literal_eval(node.value)
-            for node in ast.parse(path.read_text(), str(path)).body
-            if isinstance(node, ast.Assign)
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id in ("HELP", "NAME")
-        }
+        constants = source_literals(path, ("HELP", "NAME"))
         commands[constants.get("NAME", path.stem)] = (path.stem, constants["HELP"])
     return commands
 
@@ -54,7 +50,7 @@ def chosen_command(argv: list[str]) -> str | None:
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """One sub-parser per module of vitkit.commands, named after the module; with `only`, the other commands are
-    listed (with their help) but not imported."""
+    listed (with their help) and only its parser is imported (the command itself when it runs)."""
     parser = argparse.ArgumentParser(prog="vitkit", description="Vision Transformers exactly as the paper.")
     debug_help = f"on error, print the traceback too (or set {DEBUG_ENV}=1)"
     parser.add_argument("--debug", action="store_true", help=debug_help)
@@ -63,11 +59,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=help, description=help)
         if only is not None and name != only:
             continue
-        module = importlib.import_module(f"vitkit.commands.{module_name}")
+        options = importlib.import_module(f"vitkit.commands.parsers.{module_name}")
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=debug_help)
-        module.add_arguments(command)
-        command.set_defaults(run=module.run)
+        options.add_arguments(command)
+        command.set_defaults(run=functools.partial(run_command, module_name))
     return parser
+
+
+def run_command(module_name: str, args: argparse.Namespace) -> int:
+    """Run the command of vitkit.commands.<module_name>: imported (and torch with it) only now."""
+    return int(importlib.import_module(f"vitkit.commands.{module_name}").run(args) or 0)
 
 
 def one_line(text: str) -> str:

@@ -18,11 +18,14 @@ How `auto` decides, for one device and one model at one batch size:
      mostly of casts and small products can lose. The
      timings are kept in the cache directory (vitkit.cache: one small JSON per CPU model, thread count, torch
      version, model configuration, input shape and mode), so the same call measures once per machine and every
-     later process chooses the same.
-  Inference of a few images (batch <= `FEW_IMAGES`), or of a large model, is not measured: measuring would cost
-  more than the images, or minutes for a large model at a high resolution, for an answer known in advance. A
+     later process chooses the same. The key leaves out the head's class count, a negligible part of the
+     work: a folder of 5 classes reuses the measurement of one of 6.
+  Inference of a few images (batch <= `FEW_IMAGES`, or fewer images in all than the measurement would run), a
+  training run shorter than `TRIAL_STEPS` steps, and a large model are not measured: measuring would cost more
+  than the work itself, or minutes for a large model at a high resolution, for an answer known in advance. A
   timing cached by an earlier call decides, else the rule: bf16 for models of at least `LARGE_MODEL_PARAMS`
-  parameters (ViT-B and larger, whose matrix products dominate), fp32 below.
+  parameters (ViT-B and larger, whose matrix products dominate), fp32 below. A measurement that does run is
+  announced before it starts (`say`), with its cost once the first call has timed it.
 - any other device: fp32.
 
 Every decision comes with a one-line reason, printed by the commands and recorded in report.json (`precision`,
@@ -33,7 +36,9 @@ it resumes (it is saved in each checkpoint's state.json), so `auto` cannot chang
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
+import sys
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
@@ -55,6 +60,10 @@ MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
 FEW_IMAGES = 4  # inference batches up to this size are decided without measuring
 LARGE_MODEL_PARAMS = 50_000_000  # bf16 without measuring from this size (ViT-B/16: 86M; ViT-S/16: 22M)
+MEASURE_CALLS = 2 * (WARMUP_CALLS + MEASURE_ROUNDS)  # calls of the measured work, both precisions together
+TRIAL_STEPS = (
+    10 * MEASURE_CALLS
+)  # training runs shorter than this decide by rule: the measurement is >10% of them
 
 Step = Callable[
     [torch.dtype | None], object
@@ -194,12 +203,13 @@ def choose_precision(
     measure: Step | None = None,
     key: Hashable | None = None,
     what: str = "this model",
+    say: Callable[[str], None] | None = None,
 ) -> Precision:
     """Resolve `precision` ('auto' | 'bf16' | 'fp32') for `device`; see the module docstring for `auto`.
 
     `measure(dtype)` runs the work `auto` compares on a CPU with native bf16 units (a training step, a forward
     pass); `key` identifies it for the per-process cache (no cache without one); `what` names it in the reason.
-    Without `measure` such a CPU gets bf16 unmeasured.
+    Without `measure` such a CPU gets bf16 unmeasured. `say` (default: stderr) announces a measurement.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
@@ -225,7 +235,7 @@ def choose_precision(
     if measure is None:
         return Precision("bf16", f"auto: CPU with {' and '.join(units)} (not measured)", device)
     earlier = stored_seconds(key) if key is not None else None
-    fp32_s, bf16_s = measured_seconds(measure, key)
+    fp32_s, bf16_s = measured_seconds(measure, key, what=what, say=say)
     timing = f"{bf16_s * 1e3:.4g} ms bf16 vs {fp32_s * 1e3:.4g} ms fp32 per call of {what}"
     if earlier is not None:
         timing += f", measured earlier ({earlier[1]})"
@@ -255,19 +265,35 @@ def stored_seconds(key: Hashable) -> tuple[tuple[float, float], Path] | None:
     return _measured[str(record)], record
 
 
-def measured_seconds(measure: Step, key: Hashable | None = None) -> tuple[float, float]:
+def measured_seconds(
+    measure: Step,
+    key: Hashable | None = None,
+    *,
+    what: str = "the work",
+    say: Callable[[str], None] | None = None,
+) -> tuple[float, float]:
     """(fp32, bf16) median seconds per warm call of `measure` (`WARMUP_CALLS` each first, then alternated). With
     a `key` they are kept per process and in the cache directory, together with the CPU model, thread count and
-    torch version, and an earlier measurement is returned instead."""
+    torch version, and an earlier measurement is returned instead. `say` (default: stderr) is told before the
+    measurement starts, and its expected length after the first call."""
     if key is not None and (stored := stored_seconds(key)) is not None:
         return stored[0]
+    say = say or _to_stderr
     record = None if key is None else measurement_record(key)
+    once = f", once for this machine (kept in {record.parent})" if record is not None else ""
+    say(f"precision auto: timing {MEASURE_CALLS} calls of {what} in bf16 and fp32{once}")
     dtypes = {"fp32": None, "bf16": torch.bfloat16}
     samples: dict[str, list[float]] = {name: [] for name in dtypes}
     with torch.random.fork_rng(devices=[]):  # the measurement leaves the caller's random stream alone
         for dtype in dtypes.values():
-            for _ in range(WARMUP_CALLS):
+            for call in range(WARMUP_CALLS):
+                start = time.perf_counter()
                 measure(dtype)
+                if dtype is None and call == 0:
+                    first = time.perf_counter() - start  # with building the kernels: an upper bound
+                    say(
+                        f"precision auto: the first call took {first:.1f} s; at most ~{first * MEASURE_CALLS:.0f} s in all"
+                    )
         for _ in range(MEASURE_ROUNDS):
             for name, dtype in dtypes.items():
                 start = time.perf_counter()
@@ -281,9 +307,16 @@ def measured_seconds(measure: Step, key: Hashable | None = None) -> tuple[float,
     return result
 
 
-def inference_precision(precision: str, model: torch.nn.Module, batch_size: int) -> Precision:
-    """The precision for inference of `model` (on the device of its parameters) in batches of `batch_size`;
-    where `auto` measures, it times no-grad forward passes of random images at min(batch_size, 32).
+def inference_precision(
+    precision: str,
+    model: torch.nn.Module,
+    batch_size: int,
+    images: int | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Precision:
+    """The precision for inference of `model` (on the device of its parameters) in batches of `batch_size`, over
+    `images` images in all when known; where `auto` measures, it times no-grad forward passes of random images at
+    min(batch_size, 32), announced to `say` (default: stderr).
 
         precision = inference_precision("auto", model, 64)
         with torch.no_grad(), precision.inference(model):
@@ -301,22 +334,45 @@ def inference_precision(precision: str, model: torch.nn.Module, batch_size: int)
             model(example[0])
 
     key = ("inference", model_signature(model), shape, str(device))
-    large = sum(p.numel() for p in model.parameters()) >= LARGE_MODEL_PARAMS
-    if (
-        precision == "auto"
-        and (batch_size <= FEW_IMAGES or large)
-        and device.type == "cpu"
-        and native_bf16_units()
-        and stored_seconds(key) is None
-    ):
-        return unmeasured_rule(model, batch_size, device)
-    return choose_precision(
-        precision, device, measure=forward, key=key, what=f"a forward pass at batch {shape[0]}"
-    )
+    if batch_size <= FEW_IMAGES:
+        small_work = f"{batch_size} image(s) at a time are not worth a measurement"
+    elif images is not None and images < MEASURE_CALLS * shape[0]:
+        small_work = f"{images} images are fewer than a measurement would run ({MEASURE_CALLS * shape[0]})"
+    else:
+        small_work = None
+    if precision == "auto" and (rule := unmeasured_rule(model, device, key, small_work)) is not None:
+        return rule
+    what = f"a forward pass at batch {shape[0]}"
+    return choose_precision(precision, device, measure=forward, key=key, what=what, say=say)
 
 
-def unmeasured_rule(model: nn.Module, batch_size: int, device: torch.device) -> Precision:
-    """auto, unmeasured, on a CPU with native bf16 units: bf16 for large models, fp32 for small ones."""
+def training_precision(
+    precision: str,
+    device: torch.device,
+    model: nn.Module,
+    steps: int,
+    measure: Step,
+    key: Hashable,
+    what: str,
+    say: Callable[[str], None] | None = None,
+) -> Precision:
+    """The precision of a training run of `steps` steps: `choose_precision` with the rule instead of a
+    measurement for a large model, or a run shorter than `TRIAL_STEPS` (a trial of a few steps), unless an earlier
+    measurement of `key` decides."""
+    trial = f"a run of {steps} steps is too short for a measurement" if steps < TRIAL_STEPS else None
+    if precision == "auto" and (rule := unmeasured_rule(model, device, key, trial)) is not None:
+        return rule
+    return choose_precision(precision, device, measure=measure, key=key, what=what, say=say)
+
+
+def unmeasured_rule(
+    model: nn.Module, device: torch.device, key: Hashable, small_work: str | None
+) -> Precision | None:
+    """auto, unmeasured, on a CPU with native bf16 units with no earlier measurement of `key`: bf16 for large
+    models, fp32 for small ones when `small_work` says why measuring would not pay; None: measure (or decide
+    otherwise, by `choose_precision`)."""
+    if device.type != "cpu" or not native_bf16_units() or stored_seconds(key) is not None:
+        return None
     params = sum(p.numel() for p in model.parameters())
     units = " and ".join(native_bf16_units())
     if params >= LARGE_MODEL_PARAMS:
@@ -325,15 +381,27 @@ def unmeasured_rule(model: nn.Module, batch_size: int, device: torch.device) -> 
             f"auto: CPU with {units}, and a model of {params / 1e6:.3g}M parameters gains from bf16",
             device,
         )
-    why = f"auto: CPU with {units}; {batch_size} image(s) at a time are not worth a measurement"
+    if small_work is None:
+        return None
     return Precision(
-        "fp32", f"{why}, and a model of {params / 1e6:.3g}M parameters gains little from bf16", device
+        "fp32",
+        f"auto: CPU with {units}; {small_work}, and a model of {params / 1e6:.3g}M parameters gains little "
+        "from bf16",
+        device,
     )
 
 
 def model_signature(model: torch.nn.Module) -> str:
-    """The class and configuration of a model: what the measurement cache tells models apart by."""
-    return f"{type(model).__name__}:{getattr(model, 'config', None)!r}"
+    """The class and configuration of a model, less the head's class count (a negligible part of the work):
+    what the measurement cache tells models apart by."""
+    config = getattr(model, "config", None)
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        config = {k: v for k, v in dataclasses.asdict(config).items() if k != "num_classes"}
+    return f"{type(model).__name__}:{config!r}"
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _emulated_note(precision: str, device: torch.device) -> str:

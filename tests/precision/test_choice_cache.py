@@ -116,3 +116,58 @@ def test_two_identical_predict_calls_pick_the_same_precision(tmp_path, capsys):
         assert cli.main(argv) == 0
         lines += [line for line in capsys.readouterr().err.splitlines() if "precision" in line]
     assert len(lines) == 2 and lines[0] == lines[1] and "auto: CPU with amx_bf16" in lines[0]
+
+
+def test_the_key_leaves_out_the_heads_class_count():
+    """A folder of 5 classes reuses the measurement of one of 6: the head is a negligible part of the work."""
+    signature = precision.model_signature
+    assert signature(tiny_model()) == signature(create_model("ViT-Mini/4", img_size=28, num_classes=6))
+    assert signature(tiny_model()) != signature(create_model("ViT-Mini/4", img_size=32, num_classes=3))
+
+
+def test_a_measurement_is_announced_before_it_starts_and_its_cost_after_the_first_call(timed_step):
+    said, seen_at_call = [], []
+
+    def step(dtype):
+        seen_at_call.append(len(said))
+        timed_step(0.5, 0.25, [])(dtype)
+
+    choose_precision("auto", "cpu", measure=step, key="k", what="a step", say=said.append)
+    assert seen_at_call[0] == 1 and "timing 10 calls of a step in bf16 and fp32" in said[0]
+    assert seen_at_call[1] == 2 and "the first call took 0.5 s; at most ~5 s in all" in said[1]
+
+
+def test_an_evaluation_of_fewer_images_than_a_measurement_decides_by_rule(monkeypatch):
+    """`vitkit eval` of a small model on 36 images: a measurement would run 320."""
+    model = tiny_model()
+    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
+    chosen = inference_precision("auto", model, 500, images=36)
+    assert chosen.name == "fp32" and "36 images are fewer than a measurement would run (320)" in chosen.reason
+
+
+def test_a_training_trial_and_a_large_model_decide_by_rule(monkeypatch):
+    model = tiny_model()
+    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
+    trial = precision.training_precision("auto", torch.device("cpu"), model, 3, never_measured, "k", "a step")
+    assert trial.name == "fp32" and "a run of 3 steps is too short for a measurement" in trial.reason
+    monkeypatch.setattr(precision, "LARGE_MODEL_PARAMS", 1000)
+    large = precision.training_precision(
+        "auto", torch.device("cpu"), model, 10_000, never_measured, "k", "a step"
+    )
+    assert large.name == "bf16" and "gains from bf16" in large.reason
+
+
+def test_a_full_training_run_measures(timed_step):
+    calls = []
+    chosen = precision.training_precision(
+        "auto",
+        torch.device("cpu"),
+        tiny_model(),
+        precision.TRIAL_STEPS,
+        timed_step(0.02, 0.01, calls),
+        "k",
+        "a step",
+    )
+    assert (
+        chosen.name == "bf16" and "measured faster" in chosen.reason and len(calls) == precision.MEASURE_CALLS
+    )

@@ -25,7 +25,7 @@ def train(out, tiny, *extra) -> dict:
 def fake_measurement(monkeypatch, fp32_s: float, bf16_s: float, dtypes: list) -> None:
     """Run the caller's real step once per precision (it must work), then report the given times."""
 
-    def measured(measure, key=None):
+    def measured(measure, key=None, **announce):
         for dtype in (None, torch.bfloat16):
             measure(dtype)
             dtypes.append(dtype)
@@ -47,6 +47,7 @@ def test_the_loss_is_float32_under_bf16_autocast():
 @pytest.mark.slow
 def test_auto_bf16_trains_float32_state_and_resumes_bitwise_with_its_choice(tmp_path, tiny, monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: AMX_LIKE)
+    monkeypatch.setattr(precision, "TRIAL_STEPS", 1)  # 10 steps measure, as a full run does
     measured = []
     fake_measurement(monkeypatch, fp32_s=2.0, bf16_s=1.0, dtypes=measured)
     stateful = ["train.ema_decay=0.99", "model.dropout=0.1", "train.precision=auto"]  # tiny pins fp32

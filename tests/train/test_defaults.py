@@ -88,3 +88,16 @@ def test_a_relative_folder_is_saved_as_an_absolute_path(photos, monkeypatch):
     assert resolve(["train", "data.source=folder:photos"]).data.source == f"folder:{photos}"
     assert resolve(["train", "data.source=photos"]).data.source == str(photos)  # a bare directory
     assert resolve(["train", "data.source=digits"]).data.source == "digits"
+
+
+def test_threads_default_to_the_cores_this_process_may_use(monkeypatch, capsys):
+    from vitkit.train import defaults
+
+    monkeypatch.setattr(defaults.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert RunConfig().train.threads == 0  # the recipe's default: settled when resolved
+    assert resolve(["train"]).train.threads == 8
+    assert resolve(["train", "train.processes=2"]).train.threads == 4  # shared by the run's processes
+    assert resolve(["train", "train.threads=3"]).train.threads == 3
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "16")  # under torchrun: at least one each
+    assert resolve(["train"]).train.threads == 1

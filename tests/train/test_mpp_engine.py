@@ -134,10 +134,8 @@ def test_train_subset_is_class_balanced_reproducible_and_sets_the_epoch(tmp_path
     assert len(subset) == 25 and torch.bincount(subset.labels).tolist() == [3] * 5 + [2] * 5
     assert torch.equal(subset.images, balanced_subset(dataset, 25, seed=3).images)
     assert not torch.equal(subset.images, balanced_subset(dataset, 25, seed=4).images)
-    for size in (9, len(dataset) + 1):
-        with pytest.raises(
-            ValueError, match=f"data.train_subset {size} must be between the number of classes"
-        ):
+    for size, error in ((9, "is fewer images than the 10 classes"), (len(dataset) + 1, "must be at most")):
+        with pytest.raises(ValueError, match=f"data.train_subset {size} {error}"):
             balanced_subset(dataset, size)
     out = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()):

@@ -26,7 +26,10 @@ def test_the_held_out_split_is_balanced_disjoint_complete_and_keyed_by_its_seed(
     assert rows(rest).isdisjoint(rows(validation)) and rows(rest) | rows(validation) == rows(dataset)
     assert torch.equal(validation.images, hold_out(dataset, 25, seed=3)[1].images)
     assert not torch.equal(validation.images, hold_out(dataset, 25, seed=4)[1].images)
-    with pytest.raises(ValueError, match="data.val_split 5 must be between the number of classes"):
+    with pytest.raises(
+        ValueError,
+        match=r"data.val_split 5 is fewer images than the 10 classes of .* at least one of each \(data.val_split=10 or more\)",
+    ):
         hold_out(dataset, 5)
 
 

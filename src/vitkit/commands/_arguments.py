@@ -1,12 +1,47 @@
 """The options several commands share: --precision, --compile, --max-pixels (no command itself: `_` keeps it
-out of `vitkit --help`; argparse lives in commands/ only)."""
+out of `vitkit --help`; argparse lives in commands/ only).
+
+A command's parser is built without importing torch (`vitkit train --help` answers as fast as `vitkit --help`):
+the constants its options name (choices, defaults) are read from their modules' source (`literal`), and a
+command imports what it runs on inside `run`.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
-from vitkit.data.decode import DEFAULT_MAX_PIXELS, MAX_PIXELS_ENV
-from vitkit.precision import PRECISIONS
+PACKAGE_DIR = Path(__file__).parents[1]
+
+
+def source_literals(path: Path, names: Iterable[str]) -> dict[str, Any]:
+    """The literal values the source file `path` assigns at its top level to any of `names`, read without
+    importing it."""
+    wanted = set(names)
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in ast.parse(path.read_text(), str(path)).body
+        if isinstance(node, ast.Assign)
+        and isinstance(node.targets[0], ast.Name)
+        and node.targets[0].id in wanted
+    }
+
+
+def literal(module: str, name: str) -> Any:
+    """The constant `name` of the vitkit module `module` ("vitkit.precision"), read from its source."""
+    path = PACKAGE_DIR.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    values = source_literals(path, [name])
+    if name not in values:
+        raise LookupError(f"{path}: no literal {name} = ... at the top level")
+    return values[name]
+
+
+PRECISIONS = literal("vitkit.precision", "PRECISIONS")
+DEFAULT_MAX_PIXELS = literal("vitkit.data.decode", "DEFAULT_MAX_PIXELS")
+MAX_PIXELS_ENV = literal("vitkit.data.decode", "MAX_PIXELS_ENV")
 
 
 def add_precision_argument(

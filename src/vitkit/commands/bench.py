@@ -9,8 +9,9 @@
     vitkit bench data ROOT  --workers 0,1,2 --models ViT-S/16,ViT-B/16      # input pipeline vs torchvision, training
     vitkit bench serve      --models ViT-S/16,ViT-B/16 --batch-sizes 1,8    # eager, compiled, ONNX Runtime fp32/int8
 
-Each benchmark is a module of vitkit.bench listed in BENCHMARKS: NAME, HELP, COLUMNS (None: every key of the
-rows), add_arguments(parser) for its own options, and run(args, log) -> rows. The options below are everyone's.
+Each benchmark is a module of vitkit.bench listed in BENCHMARKS (vitkit.commands.parsers.bench, with the options
+everyone has): NAME, HELP, COLUMNS (None: every key of the rows), add_arguments(parser) for its own options, and
+run(args, log) -> rows.
 """
 
 from __future__ import annotations
@@ -21,36 +22,7 @@ import sys
 
 import torch
 
-from vitkit.bench import batch, checkpointing, data, inference, resolution, serve, train_precision, training
 from vitkit.bench.table import environment, format_table
-
-HELP = (
-    "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep, training step, "
-    "bf16 vs fp32, input pipeline, serving runtimes"
-)
-BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_precision, data, serve)
-
-
-def _common_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--rounds", type=int, default=5, help="alternation rounds (medians over rounds; default 5)"
-    )
-    common.add_argument(
-        "--threads", type=int, default=None, help="torch threads for everyone (default: torch's)"
-    )
-    common.add_argument("--json", default=None, help="also write the rows as JSON here")
-    common.add_argument("--quiet", action="store_true", help="no per-round log on stderr")
-    return common
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common = _common_options()
-    sub = parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in BENCHMARKS:
-        bench = sub.add_parser(module.NAME, parents=[common], help=module.HELP, description=module.HELP)
-        module.add_arguments(bench)
-        bench.set_defaults(benchmark_module=module)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,18 +8,8 @@ import time
 import torch
 
 import vitkit
-from vitkit.commands import positive_int
-from vitkit.commands._arguments import add_precision_argument
 from vitkit.flops import count_flops, count_parameters
 from vitkit.precision import inference_precision
-
-HELP = "build a model (default ViT-B/16), print parameters, GFLOPs and a timed forward pass"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="ViT-B/16", help="registry name (see `vitkit models`)")
-    parser.add_argument("--batch-size", type=positive_int, default=2)
-    add_precision_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,15 +12,6 @@ import argparse
 from vitkit.commands import train
 from vitkit.train.recipe import finetune_defaults
 
-HELP = "fine-tune any weights vitkit.load_weights reads (default: the paper's recipe on Fashion-MNIST)"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--weights", required=True, help="run directory, vitkit weights dir, official .npz, timm/HF file"
-    )
-    train.add_arguments(parser)
-
 
 def run(args: argparse.Namespace) -> int:
     return train.run_training(args, finetune_defaults(), "finetune", {"model.weights": args.weights})

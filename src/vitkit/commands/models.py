@@ -11,26 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from vitkit.commands import positive_int
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import MODELS, create_model, list_models
 from vitkit.train.overrides import load_config
-
-HELP = "list registered models with parameters and GFLOPs per image (at each model's input, or a recipe's)"
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("pattern", nargs="?", default="*", help="glob on paper or timm names, e.g. 'ViT-B*'")
-    parser.add_argument(
-        "--num-classes", type=positive_int, default=1000, help="classes of the head (default 1000)"
-    )
-    parser.add_argument(
-        "--img-size", type=positive_int, help="count at this resolution (default: the model's)"
-    )
-    parser.add_argument("--in-chans", type=positive_int, help="count for this many channels (default: 3)")
-    parser.add_argument(
-        "--config", help="count the model of this TOML recipe, at its resolution and channels"
-    )
 
 
 def selection(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:

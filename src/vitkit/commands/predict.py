@@ -17,8 +17,6 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from vitkit.commands import positive_int
-from vitkit.commands._arguments import add_max_pixels_argument, add_precision_argument
 from vitkit.data.decode import ImageDecodeError, decode_image, find_images
 from vitkit.data.transforms import eval_transform
 from vitkit.device import resolve_device
@@ -28,39 +26,7 @@ from vitkit.models.registry import Model
 from vitkit.precision import Precision, inference_precision
 from vitkit.weights import load_weights
 
-HELP = (
-    "classify images (resize to the model size, pixels to [-1, 1]); print the top-k classes or write a file"
-)
 PROGRESS_MIN = 8  # a progress bar for more images than this
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "images",
-        nargs="+",
-        metavar="PATH",
-        help="image files (JPEG, PNG, WebP, ...; grayscale, RGBA, 16-bit) or directories (searched recursively)",
-    )
-    parser.add_argument("--weights", required=True, help="anything vitkit.load_weights reads")
-    parser.add_argument(
-        "--format", choices=("npz", "vitkit", "timm", "hf"), help="weights format if not evident"
-    )
-    parser.add_argument(
-        "--labels",
-        help="text file with one class name per line, in class-index order (default: the names the weights carry)",
-    )
-    parser.add_argument(
-        "--output",
-        metavar="FILE",
-        help="write one record per image to FILE instead of printing tables: .jsonl (JSON Lines) or .csv",
-    )
-    parser.add_argument(
-        "--batch-size", type=positive_int, default=32, help="images per forward pass (default 32)"
-    )
-    parser.add_argument("--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda:1', ...")
-    add_precision_argument(parser)
-    parser.add_argument("--topk", type=int, default=5, help="classes per image (default 5)")
-    add_max_pixels_argument(parser)
 
 
 def class_names(path: str | None, model: Model) -> list[str] | None:
@@ -85,7 +51,9 @@ def run(args: argparse.Namespace) -> int:
     names = class_names(args.labels, model)
     files, missing = find_images(args.images)
     # the batches it will run: a few images are decided without a measurement that would cost more than them
-    precision = inference_precision(args.precision, model, max(1, min(args.batch_size, len(files))))
+    precision = inference_precision(
+        args.precision, model, max(1, min(args.batch_size, len(files))), images=len(files)
+    )
     print(f"device {precision.device}, precision {precision}", file=sys.stderr)
     named = {Path(p) for p in args.images if not Path(p).is_dir()}
     predictions = [Prediction(item["path"], error=f"{item['path']}: {item['reason']}") for item in missing]

@@ -21,10 +21,15 @@ def balanced_indices(dataset: Source, size: int, seed: int, what: str) -> torch.
     for each of the first size % K classes; which ones depends only on `seed`. `what` names the setting in
     errors."""
     num_classes = len(dataset.classes)
-    if not num_classes <= size <= len(dataset):
+    if size < num_classes:
         raise ValueError(
-            f"{what} {size} must be between the number of classes ({num_classes}) and the number of "
-            f"training images ({len(dataset)}) of {dataset.description}"
+            f"{what} {size} is fewer images than the {num_classes} classes of {dataset.description}: a "
+            f"class-balanced draw takes at least one of each ({what}={num_classes} or more)"
+        )
+    if size > len(dataset):
+        raise ValueError(
+            f"{what} {size} must be at most the number of training images ({len(dataset)}) of "
+            f"{dataset.description}"
         )
     generator = torch.Generator().manual_seed(seed)
     chosen = []

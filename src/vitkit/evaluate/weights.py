@@ -88,7 +88,7 @@ def evaluate_weights(
     )
     model = load_weights(weights).to(resolve_device(device))
     names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.description}")
-    chosen = inference_precision(precision, model, batch_size)
+    chosen = inference_precision(precision, model, batch_size, images=len(dataset))
     with chosen.held(model, compile) as forward:
         result = evaluate(forward, dataset, batch_size=batch_size, precision=chosen)
     folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None

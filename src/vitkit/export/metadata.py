@@ -23,9 +23,21 @@ RESIZE_RULE = (
     "bilinear with antialiasing, aspect ratio kept, until the image covers height x width; then the centre "
     "height x width window (a plain resize when the aspect ratios agree)"
 )
-CHANNEL_RULE = (
-    "1 channel: luminance (0.299 R + 0.587 G + 0.114 B); 3 channels: RGB; a grey image repeated to RGB"
-)
+CHANNEL_RULE = "3 channels: RGB; 1 channel: luminance; every image mode decoded to them by the steps of `decode`, in order"
+# vitkit.data.decode's rule, step by step, in Pillow's terms: a client that follows it gets predict's pixels.
+DECODE_STEPS = [
+    "open with Pillow; a multi-frame file (GIF, TIFF) gives its first frame",
+    "EXIF orientation: applied first (Pillow's ImageOps.exif_transpose), so the image is upright",
+    "16-bit greyscale (mode I;16, a 16-bit PNG or TIFF): v -> round(v / 257); 32-bit integer greyscale (mode I): "
+    "round(v / 257) when any value exceeds 255, else v; float greyscale (mode F): round(v * 255) when no value "
+    "exceeds 1, else round(v); then clipped to [0, 255] as 8-bit greyscale (mode L); NaN or infinity: refused",
+    "16 bits per colour channel (a 48- or 64-bit PNG): each value's high byte (v >> 8), as Pillow opens it",
+    "transparency (an alpha band, or the transparent colour of a palette, grey or RGB image): the image converted "
+    "to RGBA by Pillow and alpha-composited (Image.alpha_composite) onto opaque white (255, 255, 255, 255)",
+    "then Pillow's Image.convert straight to RGB (3 channels) or to L (1 channel: L = R * 299/1000 + "
+    "G * 587/1000 + B * 114/1000) from whatever mode the image has now (palette, 1-bit, grey, RGB, RGBA, CMYK, "
+    "YCbCr, LAB, HSV); an image already in that mode is left as it is",
+]
 
 
 def serving_metadata(model: nn.Module) -> dict[str, Any]:
@@ -42,6 +54,7 @@ def serving_metadata(model: nn.Module) -> dict[str, Any]:
         "input_layout": "NCHW float32, any batch size",
         "input_size": [channels, height, width],
         "channels": CHANNEL_RULE,
+        "decode": DECODE_STEPS,
         "value_range": [-1.0, 1.0],
         "mean": [MEAN] * channels,
         "std": [STD] * channels,

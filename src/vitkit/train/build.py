@@ -25,7 +25,7 @@ from vitkit.data import (
 )
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Trainable, build_model, create_model
-from vitkit.precision import Precision, autocast, choose_precision, model_signature
+from vitkit.precision import Precision, autocast, model_signature, training_precision
 from vitkit.storage import CONFIG_NAME, pop_class_names
 from vitkit.train.averaging import ema_model
 from vitkit.train.checkpoint import SavedCheckpoint
@@ -49,6 +49,19 @@ class RunData:
 
     def steps_per_epoch(self, train: TrainSection) -> int:
         return steps_per_epoch(len(self.train), train.batch_size)
+
+    def epoch_plan(self, train: TrainSection) -> str:
+        """'N steps per epoch', and the images each epoch leaves out when they do not fill a last batch (every
+        step has the same batch size; each epoch's order is new, so it leaves out others)."""
+        steps = self.steps_per_epoch(train)
+        plan = f"{steps} step{'s' * (steps != 1)} per epoch"
+        left = len(self.train) - steps * train.batch_size
+        if left:
+            plan += (
+                f", each leaving out {left} of the {len(self.train)} images (full batches of {train.batch_size} "
+                "only; others each epoch)"
+            )
+        return plan
 
 
 def open_data(data: DataSection, device: torch.device) -> RunData:
@@ -101,7 +114,8 @@ def run_precision(
 ) -> Precision:
     """train.precision for this run (vitkit.precision): the one the run started with when resuming `saved`,
     else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and backward pass of
-    a micro-batch in both precisions. Rank 0 decides for every rank."""
+    a micro-batch in both precisions (announced; by rule instead for a large model or a trial of a few steps).
+    Rank 0 decides for every rank."""
     if saved is not None and "precision" in saved.state:
         name, reason = saved.state["precision"], saved.state["precision_reason"]
         return Precision(name, f"{reason} (kept from the run's start)", device)
@@ -124,7 +138,7 @@ def run_precision(
 
     key = ("train", model_signature(model), shape, t.objective, str(device))
     what = f"a forward and backward pass at batch {micro}"
-    chosen = choose_precision(t.precision, device, measure=measured_pass, key=key, what=what)
+    chosen = training_precision(t.precision, device, model, t.steps, measured_pass, key, what)
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 

@@ -1,4 +1,5 @@
-"""Defaults that follow the data: the model a recipe trains when it names none.
+"""Defaults that follow the data and the machine: the model a recipe trains when it names none, and the threads
+a process uses when the recipe says 0 (`machine_threads`).
 
 A named model is the registry's variant as it is (`model.name=ViT-S/16` on the command line means exactly what
 `[model] name = "ViT-S/16"` in a TOML means): 224 px, RGB, its own classifier. With no model named, the data
@@ -15,6 +16,7 @@ decides:
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from vitkit.models.config import ViTConfig, to_pair
@@ -51,3 +53,15 @@ def describe_architecture(name: str, overrides: dict[str, Any]) -> str:
         f"{name}: {height}x{width} {colour}, {patch} px patches, width {config.hidden_size}, depth {config.depth}, "
         f"{config.num_heads} heads, classifier {config.classifier}"
     )
+
+
+def machine_threads(processes: int = 1) -> int:
+    """torch intra-op threads per process for `train.threads = 0`: the cores this process may run on
+    (os.sched_getaffinity: a container's or taskset's share, not the machine's count; os.cpu_count where there is
+    no affinity), shared evenly by the `processes` of the run on this machine (or torchrun's LOCAL_WORLD_SIZE)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    local = max(processes, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, cores // local)

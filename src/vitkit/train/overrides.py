@@ -11,6 +11,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from vitkit.configs import recipe_file
 from vitkit.models.config import ResNetConfig, ViTConfig
 from vitkit.models.registry import model_config
 from vitkit.train.recipe import SECTIONS, ModelSection, RunConfig
@@ -38,10 +39,9 @@ def from_dict(data: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
 
 
 def load_config(path: str | Path, base: RunConfig | None = None) -> RunConfig:
-    """Read a TOML recipe; unknown sections or keys are errors that list the valid ones."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such config file")
+    """Read a TOML recipe: a file, or a shipped recipe by name (vitkit.configs); unknown sections or keys
+    are errors that list the valid ones."""
+    path = recipe_file(path)
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:

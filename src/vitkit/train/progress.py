@@ -1,9 +1,15 @@
 """Progress of a run: a tqdm bar (loss, lr, images/s, ETA) on a terminal, plain log lines otherwise (CI), and the
-run's log around it (RunLog)."""
+run's log around it (RunLog).
+
+A run is never silent for long: the lines come every `train.log_every` steps, after the first step, and at least
+every `LOG_SECONDS` when steps are slow; a step (or an evaluation, a checkpoint) that takes longer than that is
+told by a line every `LOG_SECONDS` from a watcher thread (on a terminal, the bar's clock is refreshed instead).
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -17,9 +23,12 @@ from vitkit.train.report import MetricsLog, format_metrics
 from vitkit.train.step import PendingLosses
 from vitkit.train.timing import StepSplit
 
+LOG_SECONDS = 10.0  # the longest a run goes without a line (or, on a terminal, a refreshed bar)
+
 
 class Progress:
-    """Shows training progress; `enabled=False` (ranks other than 0) keeps it silent."""
+    """Shows training progress; `enabled=False` (ranks other than 0) keeps it silent. `close()` stops its
+    watcher thread."""
 
     def __init__(self, total: int, initial: int, log_every: int, enabled: bool = True) -> None:
         self.total, self.log_every, self.enabled = total, log_every, enabled
@@ -28,6 +37,32 @@ class Progress:
             tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True) if on_terminal else None
         )
         self.start_time, self.start_step = time.perf_counter(), initial
+        self.done, self.step_end, self.last_line = initial, self.start_time, self.start_time
+        self.lock, self.stopped = threading.Lock(), threading.Event()
+        self.watcher = threading.Thread(target=self._watch, name="vitkit-progress", daemon=True)
+        if enabled:
+            self.watcher.start()
+
+    def _watch(self) -> None:
+        """Between lines: a step, evaluation or checkpoint that runs past LOG_SECONDS is told, every LOG_SECONDS."""
+        while not self.stopped.wait(min(1.0, LOG_SECONDS / 4)):
+            now = time.perf_counter()
+            if now - self.last_line < LOG_SECONDS:
+                continue
+            if self.bar is not None:
+                self.bar.refresh()  # its clock moves on
+                self.last_line = now
+            else:
+                self.write(f"still working: {now - self.step_end:.0f} s since step {self.done}/{self.total}")
+
+    def due(self, step: int) -> bool:
+        """Whether completed `step` gets a line: every log_every steps, the last, the first of this process, and
+        any after LOG_SECONDS without one."""
+        return (
+            step % self.log_every == 0
+            or step in (self.total, self.start_step + 1)
+            or time.perf_counter() - self.last_line >= LOG_SECONDS
+        )
 
     def update(
         self, step: int, loss: float, lr: float, images_per_second: float, data_wait: float = 0.0
@@ -36,6 +71,7 @@ class Progress:
         their input (waiting for the batch, mixing it)."""
         if not self.enabled:
             return
+        self.done, self.step_end = step, time.perf_counter()
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             postfix = {
@@ -45,7 +81,7 @@ class Progress:
                 "data wait": f"{data_wait:.0%}",
             }
             self.bar.set_postfix(postfix, refresh=False)
-        elif step % self.log_every == 0 or step == self.total:
+        elif self.due(step):
             elapsed = time.perf_counter() - self.start_time
             eta = elapsed / max(step - self.start_step, 1) * (self.total - step)
             self.write(
@@ -56,12 +92,17 @@ class Progress:
     def write(self, message: str) -> None:
         if not self.enabled:
             return
-        if self.bar is not None:
-            self.bar.write(message)
-        else:
-            print(message, flush=True)
+        with self.lock:  # the watcher thread writes too
+            if self.bar is not None:
+                self.bar.write(message)
+            else:
+                print(message, flush=True)
+            self.last_line = time.perf_counter()
 
     def close(self) -> None:
+        self.stopped.set()
+        if self.watcher.is_alive():
+            self.watcher.join()
         if self.bar is not None:
             self.bar.close()
 
@@ -106,9 +147,9 @@ class RunLog:
                 self.reported.add(line)
                 self.write(f"step {done}: skipped unreadable image {line}")
         self.window_images += self.train.batch_size
+        now = time.perf_counter()
+        self.images_per_second = self.window_images / max(now - self.window_start, 1e-9)
         if self.is_log_step(done):
-            now = time.perf_counter()
-            self.images_per_second = self.window_images / (now - self.window_start)
             self.window_start, self.window_images = now, 0
         if self.is_log_step(done) or done % self.train.checkpoint_every == 0 or not self.losses.deferred:
             for logged, value, rate in self.losses.read():

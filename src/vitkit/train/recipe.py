@@ -1,7 +1,7 @@
 """Run configurations as data: a recipe is four dataclass sections ([model], [data], [optim], [train]).
 
-Recipes are TOML files (configs/*.toml); any field can be overridden as `section.field=value`
-(vitkit.train.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
+Recipes are TOML files: a path, or a shipped recipe by name (vitkit.configs; the checkout's configs/); any field
+can be overridden as `section.field=value` (vitkit.train.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
 shows beside its value and default. The dataclass defaults are the default recipe: the small Fashion-MNIST ViT
 that `vitkit train` runs in minutes on a CPU (docs/RESULTS.md); the model follows the data
 (vitkit.train.defaults) unless one is named. `finetune_defaults()` is the paper's fine-tuning recipe (§3.2,
@@ -119,8 +119,10 @@ class OptimSection:
 class TrainSection:
     """Length, batch, objective, averaging, evaluation/checkpoint cadence and execution options.
 
-    `threads` is 1 by default: on a shared CPU several threads can run far slower than one (their barriers wait
-    for preempted peers; BENCHMARKS.md); a resume is bitwise exact for the same thread count. `processes` N > 1 starts N
+    `threads` 0 (the default) is every core this process may use, shared by the run's processes
+    (vitkit.train.defaults.machine_threads), settled when the recipe is resolved, so the run directory records the
+    number; on a CPU that other jobs share, 1 can be faster (barriers wait for preempted peers; BENCHMARKS.md). A
+    resume is bitwise exact for the same thread count. `processes` N > 1 starts N
     data-parallel processes on this machine, as `torchrun --standalone --nproc_per_node N` would (ignored when a
     launcher started the run): on a CPU, N processes of `threads` threads use the cores better than one process
     with N times the threads (BENCHMARKS.md). `micro_batch_size` M runs a rank's share of the batch in
@@ -157,7 +159,9 @@ class TrainSection:
     compile: bool = option(False, "torch.compile the forward pass")
     cuda_graph: str = option("auto", "replay each step's update as a CUDA graph: auto, on or off")
     device: str = option("auto", "auto (CUDA when present), cpu, cuda:1, ...")
-    threads: int = option(1, "torch intra-op threads per process (0: torch's default)")
+    threads: int = option(
+        0, "torch intra-op threads per process (0: the cores this process may use, shared by the processes)"
+    )
     processes: int = option(1, "data-parallel processes started on this machine")
     strategy: str = option("auto", "under several processes: auto, ddp or fsdp")
     keep_freed_memory: bool = option(True, "CPU: keep freed memory for reuse (vitkit.allocator)")

@@ -3,7 +3,7 @@
 
 Settings apply in order on top of the recipe; a run length given with them (`train.steps`, or epochs) shortens
 the recipe's schedule to fit (`fit_to_steps`); the model is settled (the data's default unless one is named or
-given: vitkit.train.defaults) and said.
+given: vitkit.train.defaults) and said; `train.threads = 0` becomes this machine's cores.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 from vitkit.data.builtin import NAMES
 from vitkit.data.spec import PREFIXES
-from vitkit.train.defaults import describe_architecture
+from vitkit.train.defaults import describe_architecture, machine_threads
 from vitkit.train.epochs import steps_for_epochs
 from vitkit.train.overrides import fit_to_steps, set_value
 from vitkit.train.recipe import RunConfig
@@ -52,6 +52,8 @@ def resolve(
         if changes:
             say(f"{config.train.steps} steps instead of the recipe's {recipe_steps}: {', '.join(changes)}")
     config.data.source = absolute_source(config.data.source)
+    if config.train.threads == 0:
+        config.train.threads = machine_threads(config.train.processes)
     chosen_by_data = config.model.name is None and config.model.weights is None
     config.validate()
     if config.model.name is not None:

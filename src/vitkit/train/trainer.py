@@ -224,7 +224,7 @@ class Trainer:
         return (
             f"{f'resuming at step {start_step}' if self.saved else 'training'}: {what}; data: "
             f"{data.train.description} ({len(data.train)} train / {len(data.test)} test, "
-            f"{data.steps_per_epoch(self.config.train)} steps per epoch); device {self.device}; precision "
+            f"{data.epoch_plan(self.config.train)}); device {self.device}; precision "
             f"{self.precision}; run directory {self.run_dir}"
         )
 

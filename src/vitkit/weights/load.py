@@ -29,6 +29,7 @@ from vitkit.weights import hub
 from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.download import fetch
 from vitkit.weights.hf import class_names_from_config, hints_from_config, load_hf_state
+from vitkit.weights.imagenet import name_classes, recognised_file
 from vitkit.weights.official import load_official, read_npz
 from vitkit.weights.pretrained import from_pretrained, resolve_directory
 from vitkit.weights.timm import load_timm_state
@@ -78,7 +79,7 @@ def load_weights(
             hub.fetch_named(entry), format=format, source_img_size=source_img_size, **options
         )
         hub.check_named(entry, model.config, options)
-        return model
+        return name_classes(model, entry)
     if isinstance(spec, str) and hub.is_url(spec):
         path = fetch(spec)
     elif isinstance(spec, str) and spec.startswith(hub.HF_HUB_PREFIX):
@@ -94,7 +95,8 @@ def load_weights(
     if kind == "npz":
         if format not in (None, "npz"):
             raise ValueError(f"{path}: an .npz file holds official (JAX) weights, not format {format!r}")
-        return load_official(read_npz(path), str(path), source_img_size=source_img_size, **options)
+        model = load_official(read_npz(path), str(path), source_img_size=source_img_size, **options)
+        return name_classes(model, recognised_file(path, model.config.num_classes))
     state = read_state_dict(path, kind)
     return load_state(state, str(path), format or detect_format(state, str(path)), hints, options)
 
