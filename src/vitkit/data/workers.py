@@ -35,6 +35,10 @@ def loader(dataset: Dataset, options: ReadOptions, pin_memory: bool) -> DataLoad
         pin_memory=pin_memory,
         persistent_workers=False,
         worker_init_fn=start_worker,
+        # Each iterator draws its workers' base seed from this generator: from torch's global one, starting an
+        # iterator (at a resume, for an evaluation) would move the stream the training step seeds for dropout.
+        # The workers draw nothing that matters (augmentation is keyed per sample), so a fixed seed is right.
+        generator=torch.Generator(),
     )
 
 
