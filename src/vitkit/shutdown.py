@@ -62,8 +62,8 @@ def _handle(signum: int, frame: object) -> None:
 @contextmanager
 def interruptible() -> Iterator[None]:
     """Within the block (main thread only), SIGINT and SIGTERM interrupt as described above; outside it, both keep
-    their handlers."""
-    if threading.current_thread() is not threading.main_thread():
+    their handlers. A block within another (a command's, then its run's) leaves the work to the outer one."""
+    if threading.current_thread() is not threading.main_thread() or _State.previous:
         yield
         return
     _State.previous = {number: signal.signal(number, _handle) for number in SIGNALS}

@@ -30,6 +30,17 @@ def test_signals_interrupt_inside_the_block_only_and_are_never_lost() -> None:
     raise_if_stopped()  # outside the block: nothing pending
 
 
+def test_a_block_within_another_leaves_the_outer_one_working() -> None:
+    """`vitkit train`: the command's block, then the run's (also called from Python alone)."""
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Terminated), interruptible():
+        with interruptible():
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted long before
+    assert {number: signal.getsignal(number) for number in before} == before
+
+
 def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
     """A DataLoader worker ended by the same SIGTERM (sent to the process group) fails the step the main process
     was in: the run still ends as interrupted, the worker's error kept as the cause."""
