@@ -7,7 +7,7 @@ Every failure is one line on stderr, `vitkit <command>: error: ...`, naming the 
      corrupt or not what it should be (ValueError, FileNotFoundError); nothing has been written;
   1  the request was fine but running it failed: an OS error (permission denied, read-only, disk full), a run
      directory held by another process, a diverged loss, or a bug;
-  130 interrupted (Ctrl-C).
+  130 interrupted: Ctrl-C or SIGTERM, at any moment (vitkit.shutdown).
 `vitkit --debug <command>` or VITKIT_DEBUG=1 prints the traceback as well.
 """
 
@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 
 import vitkit.commands.parsers
+from vitkit import shutdown
 from vitkit.commands._arguments import source_literals
 
 DEBUG_ENV = "VITKIT_DEBUG"
@@ -110,20 +111,24 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
 def main(argv: list[str] | None = None) -> int:
     """Run a command; every failure is one line on stderr and an exit code (see the module docstring)."""
     words = list(sys.argv[1:] if argv is None else argv)
-    only = chosen_command(words) or ""  # `vitkit --help`: no command imported
-    args = parse(build_parser(only), words)  # argparse itself reports a bad command line with exit code 2
-    args.argv = words  # to start the same command in more processes
-    debug = args.debug or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    command = chosen_command(words) or ""  # `vitkit --help`: no command imported
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        return int(args.run(args) or 0)
+        # Ctrl-C and SIGTERM interrupt from the first moment: importing a command (torch) takes seconds.
+        with shutdown.interruptible():
+            args = parse(build_parser(command), words)  # argparse reports a bad command line with exit code 2
+            shutdown.raise_if_stopped()  # a Ctrl-C that an import swallowed (a library's bare `except:`)
+            args.argv = words  # to start the same command in more processes
+            debug = debug or args.debug
+            return int(args.run(args) or 0)
     except KeyboardInterrupt:
-        print(f"vitkit {args.command}: interrupted", file=sys.stderr)
+        print(f"{' '.join(['vitkit', command]).rstrip()}: interrupted", file=sys.stderr)
         return INTERRUPTED
     except Exception as error:
         if debug:
             traceback.print_exc()
         code, message = describe(error)
-        print(f"vitkit {args.command}: error: {message}", file=sys.stderr)
+        print(f"vitkit {command}: error: {message}", file=sys.stderr)
         return code
 
 

@@ -3,11 +3,14 @@ time limit.
 
 Within `interruptible()`, SIGINT raises KeyboardInterrupt and SIGTERM raises Terminated (one), and the signal is
 also recorded: an exception raised where Python ignores exceptions (a fork hook, a `__del__`) would otherwise be
-lost, so the training loop asks `raise_if_stopped()` at every step. Inside `deferred()` (starting DataLoader
-workers, whose half-built iterator would print a stray traceback if interrupted) a signal is only recorded and
-raised when the block ends. A run stopped this way unwinds through the engine's `finally`: the data workers stop
-first, then what is written is flushed and closed; a closing step that does not return in time (a TensorBoard
-writer waiting on its thread) is left behind with a line saying so (`bounded`), and the process ends anyway.
+lost, so the training loop asks `raise_if_stopped()` at every step. An error that ends the block once a signal
+came (a DataLoader worker that the same signal, sent to the whole process group, ended first) is raised as the
+interruption, so the run ends as interrupted whichever process the signal reached first. Inside `deferred()`
+(starting DataLoader workers, whose half-built iterator would print a stray traceback if interrupted) a signal is
+only recorded and raised when the block ends. A run stopped this way unwinds through the engine's `finally`: the
+data workers stop first, then what is written is flushed and closed; a closing step that does not return in time
+(a TensorBoard writer waiting on its thread) is left behind with a line saying so (`bounded`), and the process
+ends anyway.
 """
 
 from __future__ import annotations
@@ -59,14 +62,19 @@ def _handle(signum: int, frame: object) -> None:
 @contextmanager
 def interruptible() -> Iterator[None]:
     """Within the block (main thread only), SIGINT and SIGTERM interrupt as described above; outside it, both keep
-    their handlers."""
-    if threading.current_thread() is not threading.main_thread():
+    their handlers. A block within another (a command's, then its run's) leaves the work to the outer one."""
+    if threading.current_thread() is not threading.main_thread() or _State.previous:
         yield
         return
     _State.previous = {number: signal.signal(number, _handle) for number in SIGNALS}
     _State.received = None
     try:
         yield
+    except Exception as error:
+        if _State.received is None:
+            raise
+        # Met while stopping: a DataLoader worker ended by the same signal, sent to the whole process group.
+        raise _interruption(_State.received) from error
     finally:
         for number, handler in _State.previous.items():
             signal.signal(number, handler)

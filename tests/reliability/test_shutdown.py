@@ -9,7 +9,10 @@ import threading
 import time
 
 import pytest
+from torch.utils.data import Dataset
 
+from vitkit.data.source import ReadOptions
+from vitkit.data.workers import loader
 from vitkit.shutdown import Terminated, bounded, deferred, interruptible, raise_if_stopped
 
 
@@ -25,6 +28,48 @@ def test_signals_interrupt_inside_the_block_only_and_are_never_lost() -> None:
     assert {number: signal.getsignal(number) for number in before} == before
     assert issubclass(Terminated, KeyboardInterrupt)  # the command line's "interrupted", exit code 130
     raise_if_stopped()  # outside the block: nothing pending
+
+
+def test_a_block_within_another_leaves_the_outer_one_working() -> None:
+    """`vitkit train`: the command's block, then the run's (also called from Python alone)."""
+    before = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    with pytest.raises(Terminated), interruptible():
+        with interruptible():
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted long before
+    assert {number: signal.getsignal(number) for number in before} == before
+
+
+def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
+    """A DataLoader worker ended by the same SIGTERM (sent to the process group) fails the step the main process
+    was in: the run still ends as interrupted, the worker's error kept as the cause."""
+    with pytest.raises(Terminated) as stopped, interruptible():
+        with deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+    assert isinstance(stopped.value.__cause__, RuntimeError)
+    with pytest.raises(RuntimeError), interruptible():  # without a signal, an error is the error
+        raise RuntimeError("a failure")
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_data_loader_worker_ends_quietly_on_sigterm(workers) -> None:
+    """It raises KeyboardInterrupt, on which torch's worker loop ends without a word (not killed by the signal,
+    which the main process would report as an error)."""
+
+    batches = loader(SigtermHandling(), ReadOptions(workers=workers), pin_memory=False)
+    assert list(batches) == [workers > 0]  # the main process keeps its own handler
+
+
+class SigtermHandling(Dataset):
+    """One item: whether the process reading it raises KeyboardInterrupt on SIGTERM."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: int) -> bool:
+        return signal.getsignal(signal.SIGTERM) is signal.default_int_handler
 
 
 def test_an_interruption_is_held_off_until_the_deferred_block_ends() -> None:

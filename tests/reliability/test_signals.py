@@ -1,5 +1,7 @@
 """Real training processes reading an ImageFolder with two DataLoader worker processes: Ctrl-C (SIGINT) and
-SIGTERM at random points stop them within seconds, and a resume started at once after SIGKILL (as torchrun
+SIGTERM at random points, sent to the main process or to the whole process group (as a terminal, Slurm, systemd
+and `kill -TERM -PGID` send them), stop them within seconds, exit 130 with one line and leave no process behind,
+and a resume started at once after SIGKILL (as torchrun
 restarts a worker) takes the lock and runs. The default suite signals one point and allows the interpreter's
 teardown up to HANG_SECONDS (no hang); the slow tests, 30 points of each signal, want the exit itself within
 EXIT_SECONDS, which needs a machine not shared with other heavy work."""
@@ -25,6 +27,8 @@ from vitkit.train.rundir import RunDirLock
 EXIT_SECONDS = 10
 HANG_SECONDS = 60  # the interpreter's own teardown after the run stopped, on a machine shared with other work
 START_SECONDS = 60  # a process start-up (imports, data, model) on a loaded machine
+LEFTOVER_SECONDS = 10  # for the last worker process to be gone once the main process exited
+INTERRUPTED = "vitkit train: interrupted"
 
 
 @pytest.fixture(scope="module")
@@ -53,24 +57,27 @@ def wait_for(condition, process: subprocess.Popen, what: str) -> None:
         time.sleep(0.05)
 
 
-def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float, float, int | None]:
-    """Start a run, send `sig` `point` seconds after its run directory appears; (seconds from the signal to the
-    run's "interrupted" line, to the process's exit; exit code). The process group (the workers too) is killed
-    however the test ends."""
+def interrupt_at(
+    point: float, sig: int, out: Path, folder: Path, group: bool
+) -> tuple[float, float, int | None, str]:
+    """Start a run, send `sig` `point` seconds after its run directory appears, to the process or its whole
+    `group`; (seconds from the signal to the run's "interrupted" line, to the process's exit; exit code; what went
+    wrong in the end: its last line when that is not the "interrupted" line, a traceback, a process left behind).
+    The process group (the workers too) is killed however the test ends."""
     process = start(out, folder, 100_000, checkpoint_every=10)
     log = out.parent / f"{out.name}.log"
     try:
         wait_for((out / RECIPE_NAME).exists, process, "the run's start")
         time.sleep(point)
         sent = time.monotonic()
-        process.send_signal(sig)
+        os.killpg(process.pid, sig) if group else process.send_signal(sig)
         stopped = None
         while process.poll() is None and time.monotonic() - sent < HANG_SECONDS:
-            if stopped is None and "vitkit train: interrupted" in log.read_text(errors="replace"):
+            if stopped is None and INTERRUPTED in log.read_text(errors="replace"):
                 stopped = time.monotonic() - sent
             time.sleep(0.02)
         exited = time.monotonic() - sent
-        return exited if stopped is None else stopped, exited, process.poll()
+        return exited if stopped is None else stopped, exited, process.poll(), wrong_ending(log, process)
     finally:
         try:
             os.killpg(process.pid, signal.SIGKILL)
@@ -79,17 +86,36 @@ def interrupt_at(point: float, sig: int, out: Path, folder: Path) -> tuple[float
         process.wait()
 
 
-def check_points(points: list[tuple[float, int]], tmp_path: Path, folder: Path, exit_seconds: float) -> None:
+def wrong_ending(log: Path, process: subprocess.Popen) -> str:
+    """What is wrong with how an interrupted run ended ("" if nothing): its last line is not INTERRUPTED, the log
+    holds a traceback, or a process of its group (a DataLoader worker) is still running LEFTOVER_SECONDS later."""
+    text = log.read_text(errors="replace")
+    if text.splitlines()[-1:] != [INTERRUPTED] or "Traceback" in text:
+        return f"ended with {text.splitlines()[-3:]}"
+    deadline = time.monotonic() + LEFTOVER_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(process.pid, 0)
+        except ProcessLookupError:
+            return ""
+        time.sleep(0.05)
+    return "a process of its group left running"
+
+
+def check_points(
+    points: list[tuple[float, int]], tmp_path: Path, folder: Path, exit_seconds: float, group: bool = False
+) -> None:
     """Every run stops (closes what it opened and says "interrupted") within EXIT_SECONDS of the signal and
-    exits, code 130, within `exit_seconds`; its lock is free afterwards."""
+    exits, code 130 and that one line last, within `exit_seconds`, leaving no process behind; its lock is free
+    afterwards."""
     results = [
-        interrupt_at(point, sig, tmp_path / f"run{i}", folder) for i, (point, sig) in enumerate(points)
+        interrupt_at(point, sig, tmp_path / f"run{i}", folder, group) for i, (point, sig) in enumerate(points)
     ]
     print(f"{len(points)} signals: stopped after at most {max(r[0] for r in results):.2f} s, exited after at most "
           f"{max(r[1] for r in results):.2f} s; exit codes {sorted({r[2] for r in results})}")  # fmt: skip
     late = [(p, s, r) for (p, s), r in zip(points, results, strict=True)
-            if r[0] > EXIT_SECONDS or r[1] > exit_seconds or r[2] != 130]  # fmt: skip
-    assert not late, f"{len(late)} of {len(points)} late or with another exit code: {late}"
+            if r[0] > EXIT_SECONDS or r[1] > exit_seconds or r[2] != 130 or r[3]]  # fmt: skip
+    assert not late, f"{len(late)} of {len(points)} late, with another exit code or ending: {late}"
     for i in range(len(points)):
         RunDirLock(tmp_path / f"run{i}").acquire().release()  # every lock free once the process is gone
 
@@ -105,10 +131,19 @@ def test_ctrl_c_ends_a_run_with_workers_within_seconds(tmp_path: Path, folder: P
     check_points([(0.5, signal.SIGINT)], tmp_path, folder, exit_seconds=HANG_SECONDS)
 
 
+def test_sigterm_to_the_process_group_ends_a_run_as_interrupted(tmp_path: Path, folder: Path) -> None:
+    """The workers receive it too: they end quietly and the main process stops the run, code 130, one line."""
+    check_points([(0.5, signal.SIGTERM)], tmp_path, folder, exit_seconds=HANG_SECONDS, group=True)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("group", [False, True], ids=["process", "group"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_30_random_points_each_end_within_seconds(sig: int, tmp_path: Path, folder: Path) -> None:
-    check_points([(point, sig) for point, _ in random_points(30, seed=sig)], tmp_path, folder, EXIT_SECONDS)
+def test_30_random_points_each_end_within_seconds(
+    sig: int, group: bool, tmp_path: Path, folder: Path
+) -> None:
+    points = [(point, sig) for point, _ in random_points(30, seed=sig)]
+    check_points(points, tmp_path, folder, EXIT_SECONDS, group)
 
 
 def kill_and_resume(out: Path, folder: Path, kills: int, seed: int) -> None:

@@ -1,21 +1,27 @@
 """The smaller guarantees: an absurd step count refused before a run directory exists, identical safetensors
-bytes from identical saves, a DataLoader worker's error as one line, names users control drawn safely."""
+bytes from identical saves, a DataLoader worker's error as one line, names users control drawn safely; the Python
+API's bad arguments as one-line errors naming them, its quiet=True silent, its train.processes never ignored."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import multiprocessing
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+import vitkit
 from tiny_run import TINY
 from vitkit import cli
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
 from vitkit.evaluate.confusion import plot_confusion
 from vitkit.storage import save_state_dict
+from vitkit.train.overrides import parse_override
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
@@ -76,3 +82,55 @@ def test_names_users_control_are_drawn(tmp_path) -> None:
     names = ["a\udcffb", "$x^", "\ud800"]
     path = plot_confusion(torch.eye(3, dtype=torch.int64), names, tmp_path / "c.png", "test $ \udcff")
     assert path.stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def quiet_run(tmp_path_factory) -> tuple[Path, str]:
+    """A two-step run trained by vitkit.train(quiet=True), and what it printed (stdout and stderr)."""
+    out, printed = tmp_path_factory.mktemp("api") / "run", io.StringIO()
+    with (
+        pytest.MonkeyPatch.context() as patch,
+        contextlib.redirect_stdout(printed),
+        contextlib.redirect_stderr(printed),
+    ):
+        patch.setenv("VITKIT_EMBEDDED", "1")  # module scope: tiny_run's autouse fixture does not apply yet
+        vitkit.train(out=out, quiet=True, **api_sections([*TINY, "train.steps=2", "optim.warmup_steps=1"]))
+    return out, printed.getvalue()
+
+
+def api_sections(overrides: list[str]) -> dict[str, dict[str, object]]:
+    """`section.field=value` overrides as vitkit.train's keyword sections."""
+    sections: dict[str, dict[str, object]] = {}
+    for item in overrides:
+        key, value = parse_override(item)
+        section, _, name = key.partition(".")
+        sections.setdefault(section, {})[name] = value
+    return sections
+
+
+def test_quiet_training_in_python_prints_nothing(quiet_run) -> None:
+    run, printed = quiet_run
+    assert printed == "" and (run / "report.json").is_file() and (run / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be a whole number >= 1, got 0"),
+        ({"batch_size": 2.5}, "batch_size must be a whole number >= 1, got 2.5"),
+        ({"data": 3}, "data must name a source (e.g. 'cifar10', 'folder:PATH', 'hf:PATH'), got 3"),
+    ],
+)
+def test_bad_evaluate_arguments_are_one_line_errors_naming_them(quiet_run, arguments, message) -> None:
+    with pytest.raises(ValueError) as raised:
+        vitkit.evaluate(quiet_run[0], **arguments)
+    assert str(raised.value) == message
+
+
+def test_processes_in_python_are_refused_not_ignored(tmp_path) -> None:
+    """vitkit.train() runs in its own process: asked for 2, it says how to start them rather than train in 1."""
+    with pytest.raises(
+        ValueError, match=r"^train.processes=2: vitkit.train\(\) trains in this one process; "
+    ):
+        vitkit.train(out=tmp_path / "run", quiet=True, train={"processes": 2})
+    assert not (tmp_path / "run").exists()

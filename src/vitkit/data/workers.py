@@ -6,6 +6,7 @@ workers only decide who computes a batch, never what it holds, and the DataLoade
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 
 import torch
@@ -20,7 +21,13 @@ from .source import ReadOptions
 
 def start_worker(_: int) -> None:
     """A worker decodes images of every size: it returns freed memory to the OS, whatever the trainer it was
-    forked from keeps (vitkit.allocator)."""
+    forked from keeps (vitkit.allocator).
+
+    It ends quietly on SIGTERM as on Ctrl-C (KeyboardInterrupt, which torch's worker loop ends on without a word):
+    a SIGTERM sent to the whole process group (Slurm, systemd, `kill -TERM -PGID`) leaves the main process to stop
+    the run in order, rather than meet a worker killed by a signal. torch's own shutdown still ends it.
+    """
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     return_freed_memory()
 
 
@@ -35,6 +42,10 @@ def loader(dataset: Dataset, options: ReadOptions, pin_memory: bool) -> DataLoad
         pin_memory=pin_memory,
         persistent_workers=False,
         worker_init_fn=start_worker,
+        # Each iterator draws its workers' base seed from this generator: from torch's global one, starting an
+        # iterator (at a resume, for an evaluation) would move the stream the training step seeds for dropout.
+        # The workers draw nothing that matters (augmentation is keyed per sample), so a fixed seed is right.
+        generator=torch.Generator(),
     )
 
 

@@ -42,6 +42,8 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 def rank_chunks(length: int, batch_size: int) -> list[tuple[int, torch.Tensor]]:
     """(batch number, indices) of this rank's batches: every world_size-th batch of the split, padded with empty
     ones so that every rank makes the same number of forward calls (FSDP gathers weights in each)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     rank, world_size = world()
     chunks = torch.arange(length).split(batch_size)
     mine = [(i, chunks[i]) for i in range(rank, len(chunks), world_size)]

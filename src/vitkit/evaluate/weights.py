@@ -37,13 +37,16 @@ def run_recipe(weights: str | os.PathLike) -> Any:
 
 def open_data(
     weights: str | os.PathLike,
-    data: str | None,
+    data: str | os.PathLike | None,
     split: str | None,
     data_dir: str | None = None,
     reading: ReadOptions = DEFAULT_READING,
 ) -> tuple[Source, str]:
     """(the images to evaluate on, the split's name): `data` when given, else the run's own source; `split`,
     else the run's validation split when it held one out, else 'test'."""
+    if data is not None and not isinstance(data, (str, os.PathLike)):
+        raise ValueError(f"data must name a source (e.g. 'cifar10', 'folder:PATH', 'hf:PATH'), got {data!r}")
+    data = None if data is None else os.fspath(data)  # a directory given as a Path: an image folder
     recipe = run_recipe(weights)
     if data is None and recipe is None:
         raise ValueError(f"{weights} is not a run directory (no {RECIPE_NAME}): name the data with --data")
@@ -67,7 +70,7 @@ def open_data(
 
 def evaluate_weights(
     weights: str | os.PathLike,
-    data: str | None = None,
+    data: str | os.PathLike | None = None,
     *,
     split: str | None = None,
     data_dir: str | None = None,

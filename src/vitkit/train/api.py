@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vitkit.train.distributed import launched_world_size
 from vitkit.train.overrides import did_you_mean, load_config
 from vitkit.train.recipe import RECIPE_NAME, SECTIONS, RunConfig, finetune_defaults
 from vitkit.train.resolve import default_run_dir, resolve
@@ -82,8 +83,14 @@ def _run(
         config = resolve(config, settings, epochs=epochs, say=None if quiet else print)
     name = Path(recipe).stem if isinstance(recipe, (str, os.PathLike)) else command
     run_dir = Path(out) if out is not None else default_run_dir(name)
+    if config.train.processes > 1 and launched_world_size() == 1:
+        raise ValueError(
+            f"train.processes={config.train.processes}: vitkit.{command}() trains in this one process; start the "
+            f"processes from the command line (vitkit {command} ... train.processes={config.train.processes}) "
+            f"or run this script under torchrun --nproc_per_node {config.train.processes}"
+        )
     call = f"vitkit.{command}({', '.join(_arguments(recipe, out, fixed, sections, epochs, resume))})"
-    return train_engine(config, run_dir, resume=resume, command=[call])
+    return train_engine(config, run_dir, resume=resume, command=[call], quiet=quiet)
 
 
 def section_settings(sections: dict[str, dict[str, Any] | str]) -> list[tuple[str, Any]]:

@@ -113,7 +113,7 @@ def _duration(seconds: float) -> str:
 
 
 class RunLog:
-    """What a run tells as it goes, on rank 0: the progress bar (loss, learning rate, images/s, data wait),
+    """What a run tells as it goes, on rank 0 (`shown`: on the terminal too): the progress bar (loss, learning rate, images/s, data wait),
     metrics.jsonl and TensorBoard (vitkit.train.report.MetricsLog), and each skipped image once. It holds the
     losses a CUDA step leaves unread (PendingLosses) until a log step or a checkpoint reads them."""
 
@@ -125,12 +125,13 @@ class RunLog:
         resumed: bool,
         device: torch.device,
         skipped: list[str],
+        shown: bool = True,
     ) -> None:
         self.train, self.rank = train, world()[0]
         self.metrics = (
             MetricsLog(run_dir, resume_step=start_step if resumed else None) if self.rank == 0 else None
         )
-        self.progress = Progress(train.steps, start_step, train.log_every, enabled=self.rank == 0)
+        self.progress = Progress(train.steps, start_step, train.log_every, enabled=shown and self.rank == 0)
         self.losses, self.split = PendingLosses(device), StepSplit(device)
         self.reported = set(skipped)  # each image once; report.json counts how often it was met
         self.window_start, self.window_images, self.images_per_second = time.perf_counter(), 0, 0.0

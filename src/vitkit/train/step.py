@@ -1,7 +1,8 @@
 """One training step, a function of the step number alone (§3.2, Appendix B.1).
 
 Every source of randomness is a function of (seed, step, rank): the batch (vitkit.data's global batch order), its
-augmentation (keyed per sample), and dropout / drop-path (torch's generator reseeded each step). The learning
+augmentation (keyed per sample), and dropout / drop-path (torch's generator reseeded each step once its batch is
+read, so that no reading, however it starts or restarts, comes between the seed and the model). The learning
 rate is a function of the step. A checkpoint therefore only needs weights, optimizer, EMA and the step, and a
 resumed run ends bitwise identical to an uninterrupted one on the same machine and world size.
 """
@@ -67,11 +68,13 @@ class TrainStep:
         """
         split = split or NO_SPLIT
         split.start()
-        torch.manual_seed(step_seed(self.train.seed, step, self.rank))  # dropout and drop-path, resumable
         lr = learning_rate(step, self.train.steps, self.optim)
         batch = self.batches(step)
         x, y = mixed(self.transform, batch, self.batches.epoch(step), self.micro)
         split.lap("data")
+        # Dropout and drop-path draw from torch's generator, seeded here, after the data is read: whatever the
+        # reading drew (a DataLoader iterator started at a resume), the model's draws are (seed, step, rank)'s.
+        torch.manual_seed(step_seed(self.train.seed, step, self.rank))
         if self.graphed is not None:
             loss = self.graphed(x, y, lr)
             split.lap("forward_backward")  # the whole update, one replay

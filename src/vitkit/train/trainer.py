@@ -46,9 +46,15 @@ from vitkit.train.step import NonFiniteLoss
 
 
 def train(
-    config: RunConfig, run_dir: str | os.PathLike, *, resume: bool = False, command: list[str] | None = None
+    config: RunConfig,
+    run_dir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    command: list[str] | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Train `config` into `run_dir` (continuing its latest checkpoint with `resume`); returns report.json.
+    `quiet` prints no training log (metrics.jsonl and report.json hold it all the same).
 
     `command` is what started the run (the command line), recorded in run.json and report.json
     (vitkit.train.provenance); by default this process's own.
@@ -61,7 +67,7 @@ def train(
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 when the run directory opens, released however it ends
         try:
-            return Trainer(config, Path(run_dir), lock, resume=resume, command=command).fit()
+            return Trainer(config, Path(run_dir), lock, resume=resume, command=command, quiet=quiet).fit()
         except Exception as error:
             if not is_disk_full(error, run_dir):
                 raise
@@ -75,10 +81,17 @@ class Trainer:
     """A run, built from its recipe: every process builds one, rank 0 writes the run directory."""
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, lock: RunDirLock, *, resume: bool, command: list[str] | None
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        lock: RunDirLock,
+        *,
+        resume: bool,
+        command: list[str] | None,
+        quiet: bool = False,
     ) -> None:
         config.validate()
-        self.config, self.run_dir, t = config, run_dir, config.train
+        self.config, self.run_dir, self.quiet, t = config, run_dir, quiet, config.train
         self.rank, self.world_size = world()
         t.micro_batch(
             self.world_size
@@ -135,7 +148,8 @@ class Trainer:
         """Train from the step the run is at to train.steps, evaluating and checkpointing on the way; then the
         final evaluation, final/ and report.json (rank 0; the other ranks return {})."""
         t, start_step = self.config.train, self.state["step"]
-        log = RunLog(self.run_dir, t, start_step, self.saved is not None, self.device, self.train_skipped)
+        log = RunLog(self.run_dir, t, start_step, self.saved is not None, self.device, self.train_skipped,
+                     shown=not self.quiet)  # fmt: skip
         log.write(self.describe(start_step))
         clock = time.perf_counter() - self.state["wall_seconds"]
         train_seconds = self.state["train_seconds"]
