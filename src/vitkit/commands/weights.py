@@ -7,6 +7,7 @@ import sys
 
 from vitkit.weights.download import cache_path, fetch
 from vitkit.weights.hub import BASE_URL_ENV, HF_HUB_PREFIX, base_url, find, hub_files, is_url, list_pretrained
+from vitkit.weights.load import fetch_named
 
 HELP = "published ViT checkpoints by name: list them, download one into the cache (or a URL), print its path"
 
@@ -48,7 +49,7 @@ def list_names(pattern: str) -> int:
 def fetch_one(name: str, progress: bool) -> str:
     entry = find(name)
     if entry is not None:
-        return str(fetch(entry.url, entry.cache_path, progress=progress))
+        return str(fetch_named(entry, progress))
     if is_url(name):
         return str(fetch(name, progress=progress))
     if name.startswith(HF_HUB_PREFIX):
