@@ -13,6 +13,8 @@ import pytest
 import torch
 from torch import nn
 
+from reliability.conftest import deadline  # noqa: F401  (autouse: a download test that blocks fails)
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
 
 

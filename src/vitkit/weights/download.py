@@ -16,7 +16,7 @@ it can be resumed, and the error says which. A full disk removes the .part file 
 
 Cache paths follow the URL as RFC 3986 normalises it (case of scheme and host, default port, percent-encoding of
 unreserved characters, `.` and `..` segments): URLs that name the same resource share a file, and others (`a/b`
-and `a%2Fb`) do not. Credentials in a URL (`user:pass@host`) are sent as HTTP basic authentication, never
+and `a%2Fb`) do not; http and https of one host are taken for one server. Credentials in a URL (`user:pass@host`) are sent as HTTP basic authentication, never
 written into a path, a record or a message.
 
 Offline (VITKIT_OFFLINE=1 or HF_HUB_OFFLINE=1) a verified cached file is used without any network access, and a
