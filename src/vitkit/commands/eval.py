@@ -39,6 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", help="directory for eval_<split>.json and the confusion matrix (default: the run directory)"
     )
     parser.add_argument("--confusion", help="write the confusion-matrix PNG to this path instead")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace files of --out or --confusion that exist"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         on_corrupt=args.on_corrupt,
         confusion=args.confusion,
+        overwrite=args.overwrite,
     )
     print(f"device {report['device']}, precision {report['precision']} ({report['precision_reason']})")
     print(f"{report['data']} ({report['split']}, {report['images']} images)")
