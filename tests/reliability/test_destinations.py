@@ -22,12 +22,13 @@ from vitkit import cli
 from vitkit.commands import convert
 
 TINY_VIT = dict(img_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=32, num_classes=3)
+JAX_LIKE = dict(activation="gelu_tanh", layer_norm_eps=1e-6)  # written as .npz without a warning
 
 
 @pytest.fixture
 def weights(tmp_path: Path) -> Path:
     torch.manual_seed(0)
-    model = vitkit.create_model("ViT-Ti/16", **TINY_VIT)
+    model = vitkit.create_model("ViT-Ti/16", **TINY_VIT, **JAX_LIKE)
     model.class_names = ["cat", "dog", "fox"]
     return model.save_pretrained(tmp_path / "weights")
 

@@ -4,7 +4,13 @@ nothing wrong is ever cached as verified (a later call fetches again)."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import io
+import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -245,3 +251,38 @@ def test_a_hub_id_without_network_fails_at_once(tmp_path, monkeypatch):
                        r"http://127.0.0.1:9 cannot be reached \(Connection refused\)$"):  # fmt: skip
         load_weights("hf-hub:timm/absent")
     assert time.monotonic() - began < 3
+
+
+@pytest.mark.slow
+def test_a_full_tmpfs_is_named_and_left_empty(file_server, tmp_path):
+    """The same on a real 1 MiB tmpfs, mounted in a user namespace where the system allows one."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"]).returncode != 0:
+        pytest.skip("no user namespaces here to mount a small tmpfs in")
+    file_server.files["/big.npz"] = os.urandom(3 << 20)
+    url, mount = file_server.url("/big.npz"), tmp_path / "small"
+    mount.mkdir()
+    script = (
+        f"mount -t tmpfs -o size=1m tmpfs {mount} && VITKIT_CACHE={mount} {sys.executable} -m vitkit.cli "
+        f"weights get --quiet {url}; echo exit $?; find {mount} -type f"
+    )
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=50)
+    assert done.stdout.strip() == "exit 1", done.stdout  # nothing left on the disk
+    assert done.stderr.strip().startswith(f"vitkit weights: error: no space left on tmpfs ({mount}) writing ")
+
+
+def test_an_error_page_recorded_by_an_earlier_version_is_fetched_again(file_server, versions, capsys):
+    """A record without `parsed` (written before files were parsed) gets its file parsed once on next use."""
+    file_server.files[PATH] = versions[0]
+    url = file_server.url(PATH)
+    target = download.cache_path(url)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page = b"<html>Service unavailable</html>"
+    target.write_bytes(page)
+    record = {"url": url, "size": len(page), "sha256": hashlib.sha256(page).hexdigest()}
+    download.meta_path(target).write_text(json.dumps(record))
+    assert download.fetch(url, progress=False).read_bytes() == versions[0]
+    assert (
+        "tiny.npz: is an HTML or XML page, not a weights file; fetching it again" in capsys.readouterr().err
+    )
+    assert json.loads(download.meta_path(target).read_text())["parsed"] is True
+    assert download.is_verified(target) and len(file_server.requests) == 1

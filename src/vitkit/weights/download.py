@@ -199,7 +199,8 @@ def sha256_of(path: Path) -> str:
 
 def is_verified(target: Path) -> bool:
     """The cached file exists and matches its recorded size and sha256 (a file without a record, e.g. copied
-    in by hand, is trusted and recorded now). A mismatch is reported on stderr and the file removed."""
+    in by hand, is trusted and recorded now), and was parsed as a weights file when it was recorded (else it is
+    parsed now, once). A mismatch is reported on stderr and the file removed."""
     if not target.is_file():
         return False
     record = read_record(meta_path(target))
@@ -207,13 +208,19 @@ def is_verified(target: Path) -> bool:
         write_record(meta_path(target), {"size": target.stat().st_size, "sha256": sha256_of(target)})
         return True
     size = target.stat().st_size
-    if size == record.get("size") and sha256_of(target) == record.get("sha256"):
+    if size != record.get("size") or sha256_of(target) != record.get("sha256"):
+        why = f"does not match its recorded size and sha256 ({meta_path(target).name})"
+    elif record.get("parsed") is not True:  # recorded by a vitkit that cached short files and error pages
+        try:
+            check_weights_file(target)
+        except ValueError as error:
+            why = f"is {error}"
+        else:
+            write_record(meta_path(target), {**record, "parsed": True})
+            return True
+    else:
         return True
-    print(
-        f"vitkit: {target}: does not match its recorded size and sha256 ({meta_path(target).name}); "
-        "fetching it again",
-        file=sys.stderr,
-    )
+    print(f"vitkit: {target}: {why}; fetching it again", file=sys.stderr)
     target.unlink()
     return False
 
@@ -272,7 +279,7 @@ def fetch(
         except ValueError as error:
             _discard(target)
             raise ValueError(f"{shown}: not cached: the file received is {error}") from None
-        record = {"url": shown, "size": handle.tell(), "sha256": sha256_of(part)}
+        record = {"url": shown, "size": handle.tell(), "sha256": sha256_of(part), "parsed": True}
         if not write_record(meta_path(target), record):
             raise PermissionError(f"{meta_path(target)}: cannot write the download's record")
         os.replace(part, target)
