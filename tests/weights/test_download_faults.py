@@ -208,6 +208,18 @@ def test_credentials_are_sent_but_never_written_or_shown(file_server, versions, 
     assert "s3cret" not in err and "alice" not in err and "/models/none.npz: HTTP 404" in err
 
 
+def test_a_mirror_with_credentials_shows_none(file_server, versions, monkeypatch, capsys):
+    file_server.files["/m/imagenet21k/ViT-B_16.npz"] = versions[0]  # not a ViT-B/16: refused, naming the URL
+    monkeypatch.setenv(
+        "VITKIT_WEIGHTS_BASE_URL", file_server.url("/m").replace("http://", "http://alice:s3cret@")
+    )
+    assert cli.main(["weights", "get", "--quiet", "ViT-B/16-i21k"]) == 2
+    assert cli.main(["weights", "list", "ViT-B/16-i21k"]) == 0
+    err = capsys.readouterr().err
+    assert file_server.url("/m/imagenet21k/ViT-B_16.npz: not cached") in err and "s3cret" not in err
+    assert f"files from {file_server.url('/m')}" in err and "alice" not in err
+
+
 def test_cache_paths_follow_rfc3986_equivalence():
     same = [
         "http://Example.COM:80/w/a/b.npz",

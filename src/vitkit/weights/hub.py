@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.models.registry import list_models, model_config
-from vitkit.weights.download import cache_path, download_timeout, offline
+from vitkit.weights.download import cache_path, download_timeout, offline, without_credentials
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
 BASE_URL_ENV = "VITKIT_WEIGHTS_BASE_URL"
@@ -185,7 +185,7 @@ def check_named(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> No
     hand, or loaded with overrides."""
     wrong = mismatch(entry, config, overrides)
     if wrong is not None:
-        raise ValueError(f"{entry.url}: {wrong}")
+        raise ValueError(f"{without_credentials(entry.url)}: {wrong}")
 
 
 def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
