@@ -89,14 +89,14 @@ def evaluate_weights(
     dataset, split = open_data(
         weights, data, split, data_dir, ReadOptions(on_corrupt=on_corrupt, workers=workers)
     )
+    named_confusion = confusion is not None
     folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None
-    asked = [Path(p) for p in (confusion,) if p is not None]  # the user's paths, checked before the work
-    if out is not None:
-        asked.append(Path(out) / f"eval_{split}.json")
     if confusion is None and folder is not None:
         confusion = folder / f"eval_{split}_confusion.png"
-        asked += [Path(confusion)] if out is not None else []
-    for path in asked:
+    users = [Path(out) / f"eval_{split}.json"] if out is not None else []  # not the run directory's own
+    if confusion is not None and (named_confusion or out is not None):
+        users.append(Path(confusion))
+    for path in users:  # before the work
         check_file_destination(path, overwrite=overwrite)
     model = load_weights(weights).to(resolve_device(device))
     names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.description}")
