@@ -276,9 +276,11 @@ def fetch(
             raise
         try:
             verify(part)
-        except ValueError as error:
+        except Exception as error:  # whatever the check raised, the file is not kept
             _discard(target)
-            raise ValueError(f"{shown}: not cached: the file received is {error}") from None
+            if isinstance(error, ValueError):
+                raise ValueError(f"{shown}: not cached: the file received is {error}") from None
+            raise
         record = {"url": shown, "size": handle.tell(), "sha256": sha256_of(part), "parsed": True}
         if not write_record(meta_path(target), record):
             raise PermissionError(f"{meta_path(target)}: cannot write the download's record")
