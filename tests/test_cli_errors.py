@@ -100,8 +100,8 @@ def test_convert_refuses_its_own_source_and_a_directory_as_a_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert cli.main(["convert", WEIGHTS, str(tmp_path / "w"), "--to", "vitkit"]) == 0
-    for _ in range(2):  # an existing file destination is replaced, as cp replaces it
-        assert cli.main(["convert", WEIGHTS, str(tmp_path / "w.npz"), "--to", "npz"]) == 0
+    for again in ([], ["--overwrite"]):  # an existing file destination is replaced only when asked
+        assert cli.main(["convert", WEIGHTS, str(tmp_path / "w.npz"), "--to", "npz", *again]) == 0
     copied, source = vitkit.load_weights(tmp_path / "w.npz"), vitkit.load_weights(WEIGHTS)
     assert all(torch.equal(copied.state_dict()[k], v) for k, v in source.state_dict().items())
     capsys.readouterr()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -27,6 +28,10 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 FINAL_DIR = "final"  # a training run's final weights: a save_pretrained directory inside the run directory
 CLASS_NAMES_KEY = "class_names"  # config.json: the head's class names in index order, beside the model config
+
+
+TEMPORARY_SUFFIX = ".tmp"
+_RANDOM_NAME = re.compile(r"[a-z0-9_]{8}")  # the random part of tempfile's names
 
 
 class DiskFull(OSError):
@@ -105,13 +110,58 @@ def follow_umask(path: str | os.PathLike) -> None:
     os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~current_umask())
 
 
+def temporary_prefix(path: str | os.PathLike) -> str:
+    """How the temporary files and directories of a write to `path` begin: `.<name>.<pid>.`, so that those of
+    a killed process can be told from those of a live one."""
+    return f".{Path(path).name}.{os.getpid()}."
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove what killed writes to `path` left beside it (`.<name>.<pid>.*.tmp` of a process that is gone, and
+    `.<name>.*.tmp` without a pid, as earlier versions named them); returns what was removed."""
+    path = Path(path)
+    removed: list[Path] = []
+    try:
+        entries = list(path.parent.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        middle = entry.name.removeprefix(f".{path.name}.")
+        if middle == entry.name or not middle.endswith(TEMPORARY_SUFFIX):
+            continue
+        fields = middle.removesuffix(TEMPORARY_SUFFIX).split(".")
+        if not _RANDOM_NAME.fullmatch(fields[-1]):
+            continue
+        if len(fields) == 2 and fields[0].isdigit():
+            if _alive(int(fields[0])):
+                continue
+        elif len(fields) != 1:
+            continue  # another destination's (`.w.npz.<pid>.<random>.tmp` beside `w`)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[str], object]) -> None:
     """Call `write(tmp)` then fsync and rename onto `path`, so a reader never sees a half-written file; the file
     gets the umask's permissions. A full disk raises DiskFull (the temporary file removed)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=temporary_prefix(path), suffix=TEMPORARY_SUFFIX)
     except OSError as error:  # name the file asked for, not the temporary one
         raise type(error)(error.errno, error.strerror, str(path)) from None
     os.close(fd)

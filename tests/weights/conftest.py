@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+
+from reliability.conftest import deadline  # noqa: F401  (autouse: a download test that blocks fails)
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
 
@@ -52,8 +55,12 @@ def _deterministic() -> None:
 
 
 class FileServer(ThreadingHTTPServer):
-    """A local HTTP server of `files` (URL path -> bytes) that honours Range requests, records every request,
-    and on demand drops a response midway (`drop_once`) or answers late (`delay_s`)."""
+    """A local HTTP server of `files` (URL path -> bytes, the path as sent, escapes and all) that honours Range
+    and If-Range requests (each version's ETag is its sha256), records every request, and injects faults: a
+    response dropped midway (`drop_once`, then the file replaced by `then_serve`'s version), late answers
+    (`delay_s`), a 206 for another range than asked (`wrong_range`), no Content-Length with an early close
+    (`no_length`), a 200 HTML error page (`html`), a trickle of `trickle_bytes` every `trickle_s`, and a stall
+    of `stall_s` after half the body (`stall_once`)."""
 
     daemon_threads = True
     block_on_close = False
@@ -62,42 +69,91 @@ class FileServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _FileHandler)
         self.files: dict[str, bytes] = {}
         self.requests: list[tuple[str, str | None]] = []  # (path, Range header)
+        self.headers_seen: list[dict[str, str]] = []
         self.drop_once: set[str] = set()
+        self.then_serve: dict[str, bytes] = {}
         self.delay_s = 0.0
         self.ranges = True  # False: answer a Range request with the whole file, as some servers do
+        self.etags = True  # False: no ETag, so nothing names the version a resume continues
+        self.if_range = True  # False: a 206 whatever If-Range says (the reply's own ETag tells the truth)
+        self.wrong_range: set[str] = set()
+        self.no_length: set[str] = set()
+        self.html: set[str] = set()
+        self.trickle_s, self.trickle_bytes = 0.0, 1
+        self.stall_once: set[str] = set()
+        self.stall_s = 0.0
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}{path}"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a client that gave up on a trickle or a stall: its broken pipe is expected
+
+
+def etag(data: bytes) -> str:
+    return f'"{hashlib.sha256(data).hexdigest()[:16]}"'
 
 
 class _FileHandler(BaseHTTPRequestHandler):
     server: FileServer
 
     def do_GET(self) -> None:  # noqa: N802  (http.server's name)
+        server = self.server
         ranged = self.headers.get("Range")
-        self.server.requests.append((self.path, ranged))
-        time.sleep(self.server.delay_s)
-        data = self.server.files.get(self.path)
+        server.requests.append((self.path, ranged))
+        server.headers_seen.append(dict(self.headers))
+        time.sleep(server.delay_s)
+        data = server.files.get(self.path)
         if data is None:
             self.send_error(404)
             return
-        ranged = ranged if self.server.ranges else None
+        if self.path in server.html:
+            self.reply(
+                200,
+                b"<html><body>Service temporarily unavailable</body></html>",
+                {"Content-Type": "text/html"},
+            )
+            return
+        stale = server.if_range and self.headers.get("If-Range") not in (None, etag(data))
+        ranged = ranged if server.ranges and not stale else None
         start = int(ranged.removeprefix("bytes=").rstrip("-")) if ranged else 0
         if start >= len(data) > 0:
             self.send_error(416)
             return
-        body = data[start:]
-        self.send_response(206 if ranged else 200)
+        headers = {"ETag": etag(data)} if server.etags else {}
+        shown = 0 if self.path in server.wrong_range else start  # the range it claims (and sends)
         if ranged:
-            self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
-        self.send_header("Content-Length", str(len(body)))
+            headers["Content-Range"] = f"bytes {shown}-{len(data) - 1}/{len(data)}"
+        self.reply(206 if ranged else 200, data[shown:], headers)
+
+    def reply(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        server = self.server
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        if self.path not in server.no_length:
+            self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        if self.path in self.server.drop_once:  # half the body, then the connection closes
-            self.server.drop_once.discard(self.path)
-            self.wfile.write(body[: len(body) // 2])
+        half = len(body) // 2
+        if self.path in server.drop_once or self.path in server.no_length:  # half the body, then it closes
+            server.drop_once.discard(self.path)
+            self.wfile.write(body[:half])
+            if self.path in server.then_serve:
+                server.files[self.path] = server.then_serve.pop(self.path)
             self.close_connection = True
-            return
-        self.wfile.write(body)
+        elif self.path in server.stall_once:
+            server.stall_once.discard(self.path)
+            self.wfile.write(body[:half])
+            self.wfile.flush()
+            time.sleep(server.stall_s)
+            self.wfile.write(body[half:])
+        elif server.trickle_s:
+            for at in range(0, len(body), server.trickle_bytes):
+                self.wfile.write(body[at : at + server.trickle_bytes])
+                self.wfile.flush()
+                time.sleep(server.trickle_s)
+        else:
+            self.wfile.write(body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -17,6 +17,8 @@ from vitkit.models import model_config
 from vitkit.weights import download, hub
 from vitkit.weights.build import infer_vit_config
 
+from .conftest import etag
+
 TINY = dict(img_size=28, num_classes=5, activation="gelu_tanh", layer_norm_eps=1e-6)
 PATH = "/models/tiny.npz"
 
@@ -73,32 +75,44 @@ def test_an_interrupted_transfer_resumes_with_a_range_request(served, tiny, imag
     assert path.read_bytes() == served.files[PATH]
 
 
-def test_a_part_file_left_by_an_earlier_call_is_resumed(served):
-    url = served.url(PATH)
-    part = download.cache_path(url).with_name("tiny.npz.part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    part.write_bytes(served.files[PATH][:1000])
+def left_part(url: str, data: bytes, version: bytes | None) -> Path:
+    """A .part file as an earlier, interrupted call leaves it: `data`, and the version it began (None: unknown)."""
+    target = download.cache_path(url)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    download.part_path(target).write_bytes(data)
+    if version is not None:
+        record = {"validator": etag(version), "size": len(version)}
+        download.resume_path(target).write_text(json.dumps(record))
+    return download.part_path(target)
+
+
+def test_a_part_file_left_by_an_earlier_call_is_resumed_if_it_is_of_the_same_version(served):
+    url, data = served.url(PATH), served.files[PATH]
+    part = left_part(url, data[:1000], data)
     path = download.fetch(url, progress=False)
-    assert ranges(served) == ["bytes=1000-"] and path.read_bytes() == served.files[PATH]
-    assert not part.exists()
+    assert ranges(served) == ["bytes=1000-"] and served.headers_seen[0]["If-Range"] == etag(data)
+    assert path.read_bytes() == data and not part.exists()
+    assert not download.resume_path(path).exists()
+    left_part(
+        served.url("/models/other.npz"), data[:1000], None
+    )  # no version known: no proof it is the start
+    served.files["/models/other.npz"] = data
+    assert download.fetch(served.url("/models/other.npz"), progress=False).read_bytes() == data
+    assert ranges(served) == ["bytes=1000-"]  # the second one was fetched whole
 
 
 def test_a_server_without_ranges_sends_the_whole_file_again(served):
     url = served.url(PATH)
-    part = download.cache_path(url).with_name("tiny.npz.part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    part.write_bytes(b"x" * 1000)  # not even a prefix: kept only if the server resumes
+    left_part(url, b"x" * 1000, served.files[PATH])  # not even a prefix: kept only if the server resumes
     served.ranges = False
     assert download.fetch(url, progress=False).read_bytes() == served.files[PATH]
 
 
 def test_a_part_file_longer_than_the_file_is_fetched_afresh(served):
-    url = served.url(PATH)
-    part = download.cache_path(url).with_name("tiny.npz.part")
-    part.parent.mkdir(parents=True, exist_ok=True)
-    part.write_bytes(served.files[PATH] + b"stale")  # the server answers its Range with 416
-    assert download.fetch(url, progress=False).read_bytes() == served.files[PATH]
-    assert [r for _, r in served.requests] == [f"bytes={len(served.files[PATH]) + 5}-", None]
+    url, data = served.url(PATH), served.files[PATH]
+    left_part(url, data + b"stale", data)  # the server answers its Range with 416
+    assert download.fetch(url, progress=False).read_bytes() == data
+    assert [r for _, r in served.requests] == [f"bytes={len(data) + 5}-", None]
 
 
 def test_a_corrupted_cached_file_is_detected_and_fetched_again(served, tiny, images, capsys):
@@ -153,7 +167,12 @@ def test_names_follow_the_mirror_and_a_wrong_file_there_is_refused(served, monke
     ):
         load_weights("ViT-B/16-i21k")
     assert served.requests == [("/mirror/imagenet21k/ViT-B_16.npz", None)]
-    assert entry.cache_path.is_file()  # kept under the bucket's path, whoever served it
+    assert not entry.cache_path.exists() and not download.part_path(entry.cache_path).exists()  # not cached
+    capsys.readouterr()
+    assert cli.main(["weights", "get", "--quiet", "ViT-B/16-i21k"]) == 2  # checked by `weights get` as well
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vitkit weights: error: {entry.url}: not cached: the file received is not the ")
+    assert "\n" not in err and not entry.cache_path.exists() and len(served.requests) == 2
     assert cli.main(["weights", "path", "ViT-B/16-i21k"]) == 0
     assert capsys.readouterr().out.strip() == str(entry.cache_path)
 

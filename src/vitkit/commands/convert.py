@@ -8,10 +8,14 @@ from pathlib import Path
 
 import torch
 
+from vitkit import shutdown
 from vitkit.data import open_source
+from vitkit.destinations import check_directory_destination, check_file_destination
 from vitkit.evaluate import evaluate
+from vitkit.evaluate.labels import class_labels
 from vitkit.export import export_onnx, export_program
 from vitkit.export.accuracy import onnx_top1
+from vitkit.export.staging import staged_directory
 from vitkit.models.registry import Model
 from vitkit.storage import atomic_write, save_state_dict
 from vitkit.weights import export_npz, load_weights, save_pretrained, to_hf, to_timm
@@ -22,6 +26,7 @@ _PICKLE_SUFFIXES = (".pth", ".pt", ".bin")
 
 
 def run(args: argparse.Namespace) -> int:
+    """Check the destination, load, write; SIGTERM or Ctrl-C on the way leaves no temporary files."""
     overrides = {
         k: v for k, v in (("img_size", args.img_size), ("num_classes", args.num_classes)) if v is not None
     }
@@ -30,17 +35,33 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.dst}: is or is inside the source {args.src}; write the conversion elsewhere")
     if (args.int8 or args.accuracy_on) and args.to != "onnx":
         raise ValueError(f"--int8 and --accuracy-on apply to --to onnx, not --to {args.to}")
-    if args.to in FILE_TARGETS and dst.is_dir():
+    if args.to in FILE_TARGETS and dst.is_dir() and not dst.is_symlink():
         raise ValueError(f"{args.dst}: is a directory; --to {args.to} writes a file")
-    model = load_weights(
-        args.src,
-        format=args.format,
-        keep_pre_logits=args.keep_pre_logits,
-        allow_non_finite=args.allow_non_finite,
-        **overrides,
-    )
-    if args.to == "vitkit":
-        save_pretrained(model, args.dst)
+    if args.to in FILE_TARGETS:
+        check_file_destination(args.dst, overwrite=args.overwrite)
+    else:
+        check_directory_destination(args.dst, overwrite=args.overwrite)
+    with shutdown.interruptible():
+        model = load_weights(
+            args.src,
+            format=args.format,
+            keep_pre_logits=args.keep_pre_logits,
+            allow_non_finite=args.allow_non_finite,
+            **overrides,
+        )
+        write(model, args)
+    print(f"{args.src} -> {args.dst} ({args.to}): {type(model).__name__} {describe(model.config)}")
+    return 0
+
+
+def write(model: Model, args: argparse.Namespace) -> None:
+    """The conversion, into files that appear only once whole (staged or written atomically)."""
+    if args.to in ("vitkit", "hf"):
+        with staged_directory(args.dst) as directory:
+            if args.to == "vitkit":
+                save_pretrained(model, directory)
+            else:
+                to_hf(model).save_pretrained(directory)
     elif args.to == "npz":
         export_npz(model, args.dst, layout=args.layout)
     elif args.to == "timm":
@@ -50,12 +71,8 @@ def run(args: argparse.Namespace) -> int:
             atomic_write(args.dst, lambda tmp: torch.save(tensors, tmp))
         else:
             save_state_dict(state, args.dst, metadata={"format": "pt", "library": "timm"})
-    elif args.to == "hf":
-        to_hf(model).save_pretrained(args.dst)
     else:
         export_for_serving(model, args)
-    print(f"{args.src} -> {args.dst} ({args.to}): {type(model).__name__} {describe(model.config)}")
-    return 0
 
 
 def export_for_serving(model: Model, args: argparse.Namespace) -> None:
@@ -64,6 +81,8 @@ def export_for_serving(model: Model, args: argparse.Namespace) -> None:
         export_program(model, args.dst)
         return
     dataset = open_source(args.accuracy_on, "test", args.data_dir) if args.accuracy_on else None
+    if dataset is not None:  # scores against the data's own names, never permuted or other labels
+        class_labels(model.class_names, list(dataset.classes), f"{args.src} on {dataset.description}")
     export_onnx(model, args.dst, int8=args.int8)
     if dataset is not None:
         torch_top1 = evaluate(model, dataset).top1

@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         on_corrupt=args.on_corrupt,
         confusion=args.confusion,
+        overwrite=args.overwrite,
     )
     print(f"device {report['device']}, precision {report['precision']} ({report['precision_reason']})")
     print(f"{report['data']} ({report['split']}, {report['images']} images)")

@@ -19,6 +19,7 @@ from tqdm import tqdm
 
 from vitkit.data.decode import ImageDecodeError, decode_image, find_images
 from vitkit.data.transforms import eval_transform
+from vitkit.destinations import check_file_destination
 from vitkit.device import resolve_device
 from vitkit.evaluate.predictions import Prediction, output_format, write_predictions
 from vitkit.models import ResNetConfig, ViTConfig
@@ -43,8 +44,9 @@ def class_names(path: str | None, model: Model) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     if args.topk < 1:
         raise ValueError(f"--topk must be at least 1, got {args.topk}")
-    if args.output:
-        output_format(args.output)  # an unknown extension is refused before any work
+    if args.output:  # an unknown extension, or a destination not to write, is refused before any work
+        output_format(args.output)
+        check_file_destination(args.output, overwrite=args.overwrite)
     model = load_weights(args.weights, format=args.format).to(resolve_device(args.device)).eval()
     if not model.config.num_classes:
         raise ValueError(f"{args.weights}: the model has no classification head (num_classes=0)")

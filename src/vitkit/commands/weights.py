@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitkit.weights.download import cache_path, fetch
+from vitkit.weights.download import cache_path, fetch, without_credentials
 from vitkit.weights.hub import BASE_URL_ENV, HF_HUB_PREFIX, base_url, find, hub_files, is_url, list_pretrained
+from vitkit.weights.load import fetch_named
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,14 +29,14 @@ def list_names(pattern: str) -> int:
         cached = "yes" if e.cache_path.is_file() else ""
         print(f"{e.name:<{width}}  {e.model:<12}  {e.pretraining:<12}  {e.fine_tuning or '-':<11}  "
               f"{e.img_size:>3}  {e.num_classes:>7}  {cached}")  # fmt: skip
-    print(f"files from {base_url()} (${BASE_URL_ENV} names a mirror)", file=sys.stderr)
+    print(f"files from {without_credentials(base_url())} (${BASE_URL_ENV} names a mirror)", file=sys.stderr)
     return 0
 
 
 def fetch_one(name: str, progress: bool) -> str:
     entry = find(name)
     if entry is not None:
-        return str(fetch(entry.url, entry.cache_path, progress=progress))
+        return str(fetch_named(entry, progress))
     if is_url(name):
         return str(fetch(name, progress=progress))
     if name.startswith(HF_HUB_PREFIX):

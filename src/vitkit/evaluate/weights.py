@@ -16,6 +16,7 @@ from typing import Any
 
 from vitkit.data import ReadOptions, Source, hold_out, open_source
 from vitkit.data.source import DEFAULT_READING
+from vitkit.destinations import check_file_destination
 from vitkit.device import resolve_device
 from vitkit.evaluate.accuracy import evaluate
 from vitkit.evaluate.confusion import plot_confusion
@@ -82,19 +83,29 @@ def evaluate_weights(
     workers: int = 0,
     on_corrupt: str = "stop",
     confusion: str | os.PathLike | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Top-1, top-5, loss and per-class accuracy of `weights` (anything vitkit.load_weights reads; a run
     directory evaluates on its own data) on `data` / `split`, as a dict; also written to `out` (default: the run
-    directory) as eval_<split>.json with a confusion matrix PNG (`confusion` names another path for it)."""
+    directory) as eval_<split>.json with a confusion matrix PNG (`confusion` names another path for it). A file
+    of `out` or `confusion` that exists already is replaced only with `overwrite` (a run's own are replaced)."""
     dataset, split = open_data(
         weights, data, split, data_dir, ReadOptions(on_corrupt=on_corrupt, workers=workers)
     )
+    named_confusion = confusion is not None
+    folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None
+    if confusion is None and folder is not None:
+        confusion = folder / f"eval_{split}_confusion.png"
+    users = [Path(out) / f"eval_{split}.json"] if out is not None else []  # not the run directory's own
+    if confusion is not None and (named_confusion or out is not None):
+        users.append(Path(confusion))
+    for path in users:  # before the work
+        check_file_destination(path, overwrite=overwrite)
     model = load_weights(weights).to(resolve_device(device))
     names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.description}")
     chosen = inference_precision(precision, model, batch_size, images=len(dataset))
     with chosen.held(model, compile) as forward:
         result = evaluate(forward, dataset, batch_size=batch_size, precision=chosen)
-    folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None
     report: dict[str, Any] = {
         "weights": str(weights),
         "data": dataset.description,
@@ -106,8 +117,6 @@ def evaluate_weights(
         "per_class": per_class(result.confusion, names),
         **chosen.record(),
     }
-    if confusion is None and folder is not None:
-        confusion = folder / f"eval_{split}_confusion.png"
     if confusion is not None:
         Path(confusion).parent.mkdir(parents=True, exist_ok=True)
         title = f"{weights} on {dataset.description} ({split})"

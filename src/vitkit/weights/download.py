@@ -1,41 +1,99 @@
 """Weights fetched over HTTP(S) into the cache: a progress bar, atomic, resumable, verified.
 
-A file reaches its cache path in three steps: the bytes are appended to `<file>.part` (an interrupted transfer is
-taken up again with an HTTP Range request, in the same call while bytes keep arriving, or by the next call), its
-size and sha256 are recorded in `<file>.meta.json`, and the .part file is renamed into place. A cached file is
-checked against that record each time it is used (hashing is far faster than downloading); one
-that fails the check is fetched again. Offline (VITKIT_OFFLINE=1 or HF_HUB_OFFLINE=1) a verified cached file is
-used without any network access, and a missing one is a one-line error naming the URL and the cache path.
-Two processes fetching the same file take turns (a lock on the .part file): the second finds it done.
+A file reaches its cache path in four steps: the bytes are appended to `<file>.part`, the whole file is checked
+(its length against the server's when known, its format parsed by vitkit.weights.integrity, and for a published
+name its architecture), its size and sha256 are recorded in `<file>.meta.json`, and the .part file is renamed
+into place. A cached file is checked against that record each time it is used (hashing is far faster than
+downloading); one that fails the check is fetched again.
+
+An interrupted transfer is taken up again with an HTTP Range request, in the same call while bytes keep arriving,
+or by the next call, only when the server named its version (a strong ETag, else Last-Modified, kept in
+`<file>.part.json`): the request carries it as If-Range, and a reply for another version or another range than
+the one asked starts the file over from byte 0. A transfer gives up when no byte comes for
+$VITKIT_DOWNLOAD_TIMEOUT seconds (30), when fewer than MIN_BYTES_PER_S arrive on average over such a window, or
+when the whole call passes $VITKIT_DOWNLOAD_DEADLINE seconds (6 hours); what it received is kept to resume when
+it can be resumed, and the error says which. A full disk removes the .part file and says so.
+
+Cache paths follow the URL as RFC 3986 normalises it (case of scheme and host, default port, percent-encoding of
+unreserved characters, `.` and `..` segments): URLs that name the same resource share a file, and others (`a/b`
+and `a%2Fb`) do not; http and https of one host are taken for one server. Credentials in a URL (`user:pass@host`) are sent as HTTP basic authentication, never
+written into a path, a record or a message.
+
+Offline (VITKIT_OFFLINE=1 or HF_HUB_OFFLINE=1) a verified cached file is used without any network access, and a
+missing one is a one-line error naming the URL and the cache path. Two processes fetching the same file take
+turns (a lock on the .part file): the second finds it done.
 """
 
 from __future__ import annotations
 
+import base64
+import errno
 import fcntl
 import hashlib
 import http.client
+import math
 import os
+import re
+import string
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from tqdm import tqdm
 
 from vitkit.cache import cache_dir, read_record, write_record
+from vitkit.storage import DiskFull
+from vitkit.weights.integrity import check_weights_file
 
 OFFLINE_ENVS = ("VITKIT_OFFLINE", "HF_HUB_OFFLINE")
 TIMEOUT_ENV = "VITKIT_DOWNLOAD_TIMEOUT"
-DEFAULT_TIMEOUT_S = 30.0  # seconds without a byte before a transfer is given up
+DEADLINE_ENV = "VITKIT_DOWNLOAD_DEADLINE"
+DEFAULT_TIMEOUT_S = 30.0  # seconds without a byte before a transfer is given up; the throughput window
+DEFAULT_DEADLINE_S = 6 * 3600.0  # a whole call, resumes included (a 3 GB file at 150 kB/s)
+MIN_BYTES_PER_S = 1024  # averaged over each window of the timeout: below it a server is as good as stalled
 MAX_ATTEMPTS = 5  # Range requests in one call, each taken only after the previous one brought bytes
 CHUNK = 1 << 20
 _HASH_CHUNK = 1 << 22
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
+_LONE_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class Interrupted(Exception):
-    """A transfer that stopped before its end (the bytes so far are kept in the .part file)."""
+    """A transfer that stopped before its end (the bytes so far are kept in the .part file). `final`: retrying
+    in the same call would not help (a throttled server, the deadline)."""
+
+    def __init__(self, reason: str, received: int, final: bool = False) -> None:
+        super().__init__(reason)
+        self.received, self.final = received, final
+
+
+class _NothingAfter(Exception):
+    """HTTP 416: the file has no bytes after those the .part holds."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a fetch may wait: `timeout` for any byte (and the window of the minimum throughput), `deadline`
+    the monotonic time by which the whole call must end."""
+
+    timeout: float
+    deadline: float
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        timeout = seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+        return cls(timeout, time.monotonic() + seconds_from_env(DEADLINE_ENV, DEFAULT_DEADLINE_S))
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
 
 
 def offline() -> bool:
@@ -43,29 +101,88 @@ def offline() -> bool:
     return any(os.environ.get(name, "").lower() not in ("", "0", "false", "no") for name in OFFLINE_ENVS)
 
 
+def seconds_from_env(name: str, default: float) -> float:
+    """$name as a positive, finite number of seconds, else `default` when unset; anything else is a ValueError
+    naming the variable."""
+    text = os.environ.get(name, "")
+    try:
+        value = float(text) if text.strip() else default
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+    return value
+
+
 def download_timeout() -> float:
     """$VITKIT_DOWNLOAD_TIMEOUT seconds, else 30."""
-    text = os.environ.get(TIMEOUT_ENV, "")
+    return seconds_from_env(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)
+
+
+def _normalise_escapes(text: str) -> str:
+    """RFC 3986 6.2.2: characters a URI may not hold literally are percent-encoded, escapes of unreserved
+    characters decoded and the others upper-cased (`%2f` is `%2F`, `%7E` is `~`, and `%2F` stays: a slash
+    inside a segment is not a separator)."""
+    text = urllib.parse.quote(_LONE_PERCENT.sub("%25", text), safe="%:/?#[]@!$&'()*+,;=" + "-._~")
+
+    def decode(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _UNRESERVED else "%" + match.group(1).upper()
+
+    return _ESCAPE.sub(decode, text)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4 for an absolute path: `/a/./b` is `/a/b`, `/a/b/../c` is `/a/c`."""
+    segments = path.split("/")[1:]
+    kept: list[str] = []
+    for segment in segments:
+        if segment == "..":
+            kept = kept[:-1]
+        elif segment != ".":
+            kept.append(segment)
+    if segments and segments[-1] in (".", ".."):
+        kept.append("")  # `/a/b/..` names the directory `/a/`
+    return "/" + "/".join(kept)
+
+
+def canonical_url(url: str) -> str:
+    """`url` as RFC 3986 normalises it, without credentials or fragment: the identity of its cache file."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme.lower() not in _DEFAULT_PORTS or not parts.hostname:
+        raise ValueError(f"{without_credentials(url)}: expected an http:// or https:// URL")
+    scheme = parts.scheme.lower()
     try:
-        return float(text) if text else DEFAULT_TIMEOUT_S
+        port = parts.port
     except ValueError:
-        raise ValueError(f"{TIMEOUT_ENV}={text!r}: expected a number of seconds") from None
+        raise ValueError(f"{without_credentials(url)}: the port is not a number") from None
+    host = parts.hostname.lower()
+    host = (f"[{host}]" if ":" in host else host) + (
+        f":{port}" if port not in (None, _DEFAULT_PORTS[scheme]) else ""
+    )
+    path = _remove_dot_segments(_normalise_escapes(parts.path or "/"))
+    query = f"?{_normalise_escapes(parts.query)}" if parts.query else ""
+    return f"{scheme}://{host}{path}{query}"
+
+
+def without_credentials(url: str) -> str:
+    """`url` as given, less any `user:pass@`: the form every message and record shows."""
+    parts = urllib.parse.urlsplit(url)
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
 
 
 def cache_path(url: str) -> Path:
-    """Where `url` is kept: <cache>/weights/<host>/<path>, a query string folded into the file name."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"{url}: expected an http:// or https:// URL")
-    segments = [s for s in urllib.parse.unquote(parts.path).split("/") if s not in ("", ".", "..")]
-    if not segments:
-        raise ValueError(f"{url}: the URL names no file")
+    """Where `url` is kept: <cache>/weights/<host>/<path>, each segment as its normalised URL text (`%2F` and
+    other escapes of reserved characters kept, so no two resources share a file), a query folded into the name."""
+    parts = urllib.parse.urlsplit(canonical_url(url))
+    segments = [s or "%" for s in parts.path.split("/")[1:]]  # `%` alone is no normalised text: an empty one
+    if segments[-1] == "%":
+        raise ValueError(f"{without_credentials(url)}: the URL names no file")
     if parts.query:
         stem, dot, suffix = segments[-1].rpartition(".")
         tag = hashlib.sha256(parts.query.encode()).hexdigest()[:8]
         segments[-1] = f"{stem}-{tag}.{suffix}" if dot else f"{suffix}-{tag}"
-    host = parts.netloc.replace(":", "_")
-    return cache_dir("weights", host, *segments)
+    return cache_dir("weights", parts.netloc.replace(":", "_"), *segments)
 
 
 def meta_path(target: Path) -> Path:
@@ -82,7 +199,8 @@ def sha256_of(path: Path) -> str:
 
 def is_verified(target: Path) -> bool:
     """The cached file exists and matches its recorded size and sha256 (a file without a record, e.g. copied
-    in by hand, is trusted and recorded now). A mismatch is reported on stderr and the file removed."""
+    in by hand, is trusted and recorded now), and was parsed as a weights file when it was recorded (else it is
+    parsed now, once). A mismatch is reported on stderr and the file removed."""
     if not target.is_file():
         return False
     record = read_record(meta_path(target))
@@ -90,108 +208,266 @@ def is_verified(target: Path) -> bool:
         write_record(meta_path(target), {"size": target.stat().st_size, "sha256": sha256_of(target)})
         return True
     size = target.stat().st_size
-    if size == record.get("size") and sha256_of(target) == record.get("sha256"):
+    if size != record.get("size") or sha256_of(target) != record.get("sha256"):
+        why = f"does not match its recorded size and sha256 ({meta_path(target).name})"
+    elif record.get("parsed") is not True:  # recorded by a vitkit that cached short files and error pages
+        try:
+            check_weights_file(target)
+        except ValueError as error:
+            why = f"is {error}"
+        else:
+            write_record(meta_path(target), {**record, "parsed": True})
+            return True
+    else:
         return True
-    print(
-        f"vitkit: {target}: does not match its recorded size and sha256 ({meta_path(target).name}); "
-        "fetching it again",
-        file=sys.stderr,
-    )
+    print(f"vitkit: {target}: {why}; fetching it again", file=sys.stderr)
     target.unlink()
     return False
 
 
-def fetch(url: str, target: str | os.PathLike | None = None, *, progress: bool = True) -> Path:
-    """The local path of `url`'s file, downloaded into the cache (or `target`) unless a verified copy is there."""
+def part_path(target: Path) -> Path:
+    return target.with_name(target.name + ".part")
+
+
+def resume_path(target: Path) -> Path:
+    """The version (validator) and size of the file whose first bytes the .part holds."""
+    return target.with_name(target.name + ".part.json")
+
+
+def fetch(
+    url: str,
+    target: str | os.PathLike | None = None,
+    *,
+    progress: bool = True,
+    verify: Callable[[Path], object] = check_weights_file,
+) -> Path:
+    """The local path of `url`'s file, downloaded into the cache (or `target`) unless a verified copy is there.
+
+    `verify(path)` runs on the whole downloaded file before it enters the cache: a ValueError it raises refuses
+    the file (removed, nothing recorded)."""
+    shown = without_credentials(url)
     target = Path(target) if target is not None else cache_path(url)
     if is_verified(target):
         return target
     if offline():
         raise FileNotFoundError(
-            f"{url}: not in the cache ({target}) and downloads are off "
+            f"{shown}: not in the cache ({target}) and downloads are off "
             f"({' / '.join(OFFLINE_ENVS)}); fetch it online first (vitkit weights get)"
         )
-    timeout = download_timeout()
+    limits = Limits.from_env()
     target.parent.mkdir(parents=True, exist_ok=True)
-    part = target.with_name(target.name + ".part")
+    part = part_path(target)
     with open(part, "ab") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # another process fetching the same file finishes first
         if is_verified(target):
             if handle.tell() == 0:
-                part.unlink(missing_ok=True)
+                _discard(target)
             return target
         try:
-            _transfer_with_resume(url, handle, timeout, progress, part)
-        except BaseException:
-            if handle.tell() == 0:  # nothing to resume from
-                part.unlink(missing_ok=True)
+            _transfer_with_resume(url, handle, limits, progress, target)
+            handle.flush()
+            os.fsync(handle.fileno())
+        except BaseException as error:
+            full = isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT)
+            if full or handle.tell() == 0 or read_record(resume_path(target)) is None:  # nothing to resume
+                _discard(target)
+            if full:
+                raise DiskFull(target, f" (downloading {shown}; the partial file is removed)") from None
             raise
-        handle.flush()
-        os.fsync(handle.fileno())
-        record = {"url": url, "size": handle.tell(), "sha256": sha256_of(part)}
+        try:
+            verify(part)
+        except Exception as error:  # whatever the check raised, the file is not kept
+            _discard(target)
+            if isinstance(error, ValueError):
+                raise ValueError(f"{shown}: not cached: the file received is {error}") from None
+            raise
+        record = {"url": shown, "size": handle.tell(), "sha256": sha256_of(part), "parsed": True}
         if not write_record(meta_path(target), record):
             raise PermissionError(f"{meta_path(target)}: cannot write the download's record")
         os.replace(part, target)
+        resume_path(target).unlink(missing_ok=True)
     return target
 
 
-def _transfer_with_resume(url: str, handle: BinaryIO, timeout: float, progress: bool, part: Path) -> None:
-    """Append the rest of `url` to `handle`, resuming as long as each attempt brings bytes."""
+def _discard(target: Path) -> None:
+    """Remove the .part file and its version record."""
+    part_path(target).unlink(missing_ok=True)
+    resume_path(target).unlink(missing_ok=True)
+
+
+def _transfer_with_resume(url: str, handle: BinaryIO, limits: Limits, progress: bool, target: Path) -> None:
+    """Append the rest of `url` to `handle`, resuming as long as each attempt brings bytes. A .part file whose
+    version is unknown cannot be shown to be the start of the file the server has now: it starts over."""
     for attempt in range(1, MAX_ATTEMPTS + 1):
-        before = handle.seek(0, os.SEEK_END)
         try:
-            _transfer(url, handle, timeout, progress)
+            _transfer(url, handle, limits, progress, target)
             return
         except Interrupted as stop:
-            brought = handle.tell() - before
-            if brought == 0 or attempt == MAX_ATTEMPTS:
+            if stop.received == 0 or stop.final or attempt == MAX_ATTEMPTS:
+                kept = handle.tell()
+                resumable = kept and read_record(resume_path(target)) is not None
+                then = (
+                    f"{kept} bytes kept in {part_path(target)}: run again to resume"
+                    if resumable
+                    else "nothing kept: run again to start over"
+                )
                 raise ConnectionError(
-                    f"{url}: transfer stopped after {handle.tell()} bytes ({stop}); run again to resume "
-                    f"from {part}"
+                    f"{without_credentials(url)}: transfer stopped ({stop}); {then}"
                 ) from None
-            print(f"vitkit: {url}: {stop}; resuming at byte {handle.tell()}", file=sys.stderr)
+            then = (
+                f"resuming at byte {handle.tell()}" if read_record(resume_path(target)) else "starting over"
+            )
+            print(f"vitkit: {without_credentials(url)}: {stop}; {then}", file=sys.stderr)
 
 
-def _transfer(url: str, handle: BinaryIO, timeout: float, progress: bool) -> None:
-    """One HTTP request for the bytes `handle` lacks; Interrupted when it ends early or times out."""
-    start = handle.tell()
-    headers = {"User-Agent": "vitkit", "Accept-Encoding": "identity"}
-    if start:
-        headers["Range"] = f"bytes={start}-"
+def _restart(handle: BinaryIO, target: Path) -> None:
+    handle.seek(0)
+    handle.truncate(0)
+    resume_path(target).unlink(missing_ok=True)
+
+
+def _request(url: str, headers: dict[str, str]) -> urllib.request.Request:
+    """A GET of `url` with its credentials, if any, moved into an Authorization header that a redirect to
+    another address does not carry."""
+    parts = urllib.parse.urlsplit(url)
+    request = urllib.request.Request(without_credentials(url), headers=headers)
+    if parts.username is not None:
+        pair = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+        request.add_unredirected_header("Authorization", "Basic " + base64.b64encode(pair.encode()).decode())
+    return request
+
+
+def _open(url: str, headers: dict[str, str], limits: Limits) -> http.client.HTTPResponse:
+    shown = without_credentials(url)
     try:
-        response = urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+        return urllib.request.urlopen(
+            _request(url, headers), timeout=min(limits.timeout, max(limits.left(), 0.01))
+        )
     except urllib.error.HTTPError as error:
-        if error.code == 416 and start:  # nothing after the .part's end: it is stale or complete; start over
-            handle.seek(0)
-            handle.truncate(0)
-            return _transfer(url, handle, timeout, progress)
+        if error.code == 416 and "Range" in headers:
+            raise _NothingAfter() from None
         if error.code in (404, 410):
-            raise FileNotFoundError(f"{url}: HTTP {error.code} {error.reason} (no such file there)") from None
-        raise ConnectionError(f"{url}: HTTP {error.code} {error.reason}") from None
+            raise FileNotFoundError(
+                f"{shown}: HTTP {error.code} {error.reason} (no such file there)"
+            ) from None
+        raise ConnectionError(f"{shown}: HTTP {error.code} {error.reason}") from None
     except (urllib.error.URLError, TimeoutError, OSError) as error:
         reason = getattr(error, "reason", error)
         if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-            raise ConnectionError(f"{url}: no answer within {timeout:g} s ({TIMEOUT_ENV})") from None
-        raise ConnectionError(f"{url}: cannot connect ({reason})") from None
+            raise ConnectionError(f"{shown}: no answer within {limits.timeout:g} s ({TIMEOUT_ENV})") from None
+        raise ConnectionError(f"{shown}: cannot connect ({reason})") from None
+
+
+def _validator(response: http.client.HTTPResponse) -> str | None:
+    """What names this version of the file in an If-Range: a strong ETag, else Last-Modified (a weak ETag
+    cannot be used there)."""
+    etag = response.headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return response.headers.get("Last-Modified")
+
+
+def _content_range(response: http.client.HTTPResponse) -> tuple[int, int | None] | None:
+    """(first byte, total length or None) of a 206 reply's Content-Range, None when it has none or a bad one."""
+    match = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*", response.headers.get("Content-Range") or "")
+    if match is None:
+        return None
+    return int(match.group(1)), None if match.group(3) == "*" else int(match.group(3))
+
+
+def _same_file(response: http.client.HTTPResponse, start: int, resume: dict[str, Any]) -> bool:
+    """Whether a reply to a Range request continues the .part: a 206 for the bytes asked, of the same version
+    and total length."""
+    found = _content_range(response) if response.status == 206 else None
+    if found is None or found[0] != start:
+        return False
+    validator = _validator(response)
+    return (validator is None or validator == resume["validator"]) and found[1] == resume.get("size")
+
+
+def _transfer(url: str, handle: BinaryIO, limits: Limits, progress: bool, target: Path) -> None:
+    """One HTTP request for the bytes `handle` lacks; Interrupted when it ends early, stalls or crawls."""
+    shown = without_credentials(url)
+    start = handle.seek(0, os.SEEK_END)
+    resume = read_record(resume_path(target)) if start else None
+    if start and (resume is None or not resume.get("validator")):  # no proof that it is the same file
+        _restart(handle, target)
+        start, resume = 0, None
+    headers = {"User-Agent": "vitkit", "Accept-Encoding": "identity"}
+    if resume is not None:
+        headers.update(Range=f"bytes={start}-", **{"If-Range": str(resume["validator"])})
+    try:
+        response = _open(url, headers, limits)
+    except _NothingAfter:  # the .part reaches or passes the end of the file: stale or complete; start over
+        _restart(handle, target)
+        return _transfer(url, handle, limits, progress, target)
     with response:
-        if start and response.status != 206:  # the server sends the whole file: start over
-            handle.seek(0)
-            handle.truncate(0)
+        if response.headers.get_content_type() == "text/html":
+            raise ConnectionError(
+                f"{shown}: the server answered with an HTML page (HTTP {response.status}), not a file"
+            )
+        if resume is not None and not _same_file(response, start, resume):
+            if response.status == 206:  # another version or another range: ask for the whole file
+                print(
+                    f"vitkit: {shown}: the reply does not continue the partial file; starting over",
+                    file=sys.stderr,
+                )
+                response.close()
+                _restart(handle, target)
+                return _transfer(url, handle, limits, progress, target)
+            _restart(handle, target)  # a 200: the server sends the whole (current) file
             start = 0
         length = response.headers.get("Content-Length")
-        total = start + int(length) if length is not None else None
-        name = urllib.parse.unquote(urllib.parse.urlsplit(url).path.rsplit("/", 1)[-1])
-        with tqdm(
-            total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, desc=name,
-            disable=not progress, file=sys.stderr,
-        ) as bar:  # fmt: skip
-            try:
-                while chunk := response.read(CHUNK):
-                    handle.write(chunk)
-                    bar.update(len(chunk))
-            except TimeoutError:
-                raise Interrupted(f"no byte for {timeout:g} s") from None
-            except (http.client.HTTPException, OSError) as error:
-                raise Interrupted(f"connection lost: {type(error).__name__}") from None
+        total = start + int(length) if length is not None and length.isdigit() else None
+        if start == 0:  # a new transfer: remember its version, so that a resume can name it
+            validator = _validator(response)
+            if validator is not None:
+                write_record(resume_path(target), {"url": shown, "validator": validator, "size": total})
+        _receive(response, handle, limits, progress, total, start, shown)
     if total is not None and handle.tell() < total:
-        raise Interrupted(f"the connection closed at byte {handle.tell()} of {total}")
+        raise Interrupted(f"the connection closed at byte {handle.tell()} of {total}", handle.tell() - start)
+
+
+def _receive(
+    response: http.client.HTTPResponse,
+    handle: BinaryIO,
+    limits: Limits,
+    progress: bool,
+    total: int | None,
+    start: int,
+    shown: str,
+) -> None:
+    """Append the reply's body to `handle` as it arrives (whatever a read brings, so that the progress bar and
+    the limits see every byte), until its end or a limit."""
+    name = urllib.parse.unquote(urllib.parse.urlsplit(shown).path.rsplit("/", 1)[-1])
+    window_start, window_bytes = time.monotonic(), 0
+    with tqdm(
+        total=total, initial=start, unit="B", unit_scale=True, unit_divisor=1024, desc=name,
+        disable=not progress, file=sys.stderr,
+    ) as bar:  # fmt: skip
+        while True:
+            received = handle.tell() - start
+            if limits.left() <= 0:
+                deadline = seconds_from_env(DEADLINE_ENV, DEFAULT_DEADLINE_S)
+                raise Interrupted(f"not done within {deadline:g} s ({DEADLINE_ENV})", received, final=True)
+            try:
+                chunk = response.read1(CHUNK)
+            except TimeoutError:
+                raise Interrupted(f"no byte for {limits.timeout:g} s ({TIMEOUT_ENV})", received) from None
+            except (http.client.HTTPException, OSError) as error:
+                raise Interrupted(f"connection lost: {type(error).__name__}", received) from None
+            if not chunk:
+                return
+            handle.write(chunk)  # a full disk raises here, not as a lost connection
+            bar.update(len(chunk))
+            window_bytes += len(chunk)
+            elapsed = time.monotonic() - window_start
+            if elapsed >= limits.timeout:
+                if window_bytes < MIN_BYTES_PER_S * elapsed:
+                    raise Interrupted(
+                        f"{window_bytes / elapsed:.0f} bytes/s over {elapsed:.0f} s, under the minimum of "
+                        f"{MIN_BYTES_PER_S} ({TIMEOUT_ENV} sets the window)",
+                        received + len(chunk),
+                        final=True,
+                    )
+                window_start, window_bytes = time.monotonic(), 0

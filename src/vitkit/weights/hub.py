@@ -15,13 +15,14 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import socket
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vitkit.models.registry import list_models, model_config
-from vitkit.weights.download import cache_path, fetch, offline
+from vitkit.weights.download import cache_path, download_timeout, offline, without_credentials
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
 BASE_URL_ENV = "VITKIT_WEIGHTS_BASE_URL"
@@ -29,6 +30,7 @@ HF_HUB_PREFIX = "hf-hub:"
 I21K, I1K = "ImageNet-21k", "ImageNet-1k"
 I21K_CLASSES, I1K_CLASSES = 21843, 1000
 # What a name's file must agree with: the architecture of its registered model.
+_PROXY_ENVS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 ARCHITECTURE_FIELDS = ("hidden_size", "depth", "num_heads", "mlp_dim", "patch_size", "resnet_layers")
 
 
@@ -162,14 +164,9 @@ def is_url(text: str) -> bool:
     return text.startswith(("http://", "https://"))
 
 
-def fetch_named(entry: Pretrained, progress: bool = True) -> Path:
-    """A named checkpoint's file, from the cache or its (mirror's) URL."""
-    return fetch(entry.url, entry.cache_path, progress=progress)
-
-
-def check_named(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> None:
-    """Refuse a file that holds another architecture (or resolution / classes, unless overridden) than the name
-    says: the wrong file at a mirror's path, or one replaced in the cache by hand."""
+def mismatch(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> str | None:
+    """How a file holding `config` is not the checkpoint `entry` names: another architecture (or resolution /
+    classes, unless overridden), as a wrong file at a mirror's path would be; None when it is."""
     expected = model_config(entry.model, img_size=entry.img_size, num_classes=entry.num_classes)
     fields = [f for f in ARCHITECTURE_FIELDS if f not in overrides]
     fields += [
@@ -180,10 +177,15 @@ def check_named(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> No
         for f in fields
         if getattr(config, f, None) != getattr(expected, f, None)
     ]
-    if wrong:
-        raise ValueError(
-            f"{entry.url}: not the {entry.name} checkpoint ({entry.description}): {'; '.join(wrong)}"
-        )
+    return f"not the {entry.name} checkpoint ({entry.description}): {'; '.join(wrong)}" if wrong else None
+
+
+def check_named(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> None:
+    """Refuse a file that is not the checkpoint `entry` names (see `mismatch`): one replaced in the cache by
+    hand, or loaded with overrides."""
+    wrong = mismatch(entry, config, overrides)
+    if wrong is not None:
+        raise ValueError(f"{without_credentials(entry.url)}: {wrong}")
 
 
 def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
@@ -195,11 +197,12 @@ def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
             f"{spec}: expected hf-hub:<owner>/<model>, e.g. hf-hub:timm/vit_base_patch16_224.augreg_in21k"
         )
     try:  # optional (extra 'hub'): only Hub ids need it
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import constants, hf_hub_download
         from huggingface_hub.errors import EntryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError
     except ImportError:
         raise ValueError(f"{spec}: Hub ids need huggingface_hub (pip install 'vitkit[hub]')") from None
-    local_only = offline()
+    unreachable = None if offline() else _unreachable(constants.ENDPOINT)
+    local_only = offline() or unreachable is not None  # its own retries would wait ~30 s for nothing
     try:
         config_file = Path(hf_hub_download(repo, "config.json", local_files_only=local_only))
         try:
@@ -207,12 +210,31 @@ def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
         except EntryNotFoundError:  # older timm uploads: a torch pickle (read with weights_only=True)
             weights = Path(hf_hub_download(repo, "pytorch_model.bin", local_files_only=local_only))
     except LocalEntryNotFoundError:
-        raise FileNotFoundError(
-            f"{spec}: not in the Hugging Face cache and downloads are off (HF_HUB_OFFLINE / VITKIT_OFFLINE)"
-        ) from None
+        why = (
+            "downloads are off (HF_HUB_OFFLINE / VITKIT_OFFLINE)"
+            if offline()
+            else "the Hub cannot be reached"
+        )
+        if unreachable is not None:
+            why = f"{constants.ENDPOINT} cannot be reached ({unreachable})"
+        raise FileNotFoundError(f"{spec}: not in the Hugging Face cache and {why}") from None
     except (EntryNotFoundError, HfHubHTTPError) as error:
         raise FileNotFoundError(f"{spec}: {str(error).splitlines()[0]}") from None
     return weights, timm_hints(config_file)
+
+
+def _unreachable(endpoint: str) -> str | None:
+    """Why the Hub's address cannot be reached (no name resolution, a refused connection), found in one try
+    within $VITKIT_DOWNLOAD_TIMEOUT; None when it answers or when a proxy stands between."""
+    if any(os.environ.get(name) for name in _PROXY_ENVS):
+        return None
+    parts = urllib.parse.urlsplit(endpoint)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname or "", port), timeout=download_timeout()).close()
+    except OSError as error:
+        return error.strerror or str(error)
+    return None
 
 
 def timm_hints(config_file: Path) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.download import fetch
 from vitkit.weights.hf import class_names_from_config, hints_from_config, load_hf_state
 from vitkit.weights.imagenet import name_classes, recognised_file
+from vitkit.weights.integrity import check_weights_file
 from vitkit.weights.official import load_official, read_npz
 from vitkit.weights.pretrained import from_pretrained, resolve_directory
 from vitkit.weights.timm import load_timm_state
@@ -75,9 +76,7 @@ def load_weights(
     spec = os.fspath(path)
     entry = hub.find(spec) if isinstance(spec, str) and not os.path.exists(spec) else None  # a path wins
     if entry is not None:
-        model = load_weights(
-            hub.fetch_named(entry), format=format, source_img_size=source_img_size, **options
-        )
+        model = load_weights(fetch_named(entry), format=format, source_img_size=source_img_size, **options)
         hub.check_named(entry, model.config, options)
         return name_classes(model, entry)
     if isinstance(spec, str) and hub.is_url(spec):
@@ -99,6 +98,19 @@ def load_weights(
         return name_classes(model, recognised_file(path, model.config.num_classes))
     state = read_state_dict(path, kind)
     return load_state(state, str(path), format or detect_format(state, str(path)), hints, options)
+
+
+def fetch_named(entry: hub.Pretrained, progress: bool = True) -> Path:
+    """A published checkpoint's file, from the cache or its (mirror's) URL; a downloaded file enters the cache
+    only once it has loaded as the model its name holds."""
+
+    def verify(part: Path) -> None:
+        check_weights_file(part)
+        wrong = hub.mismatch(entry, load_weights(part).config, {})
+        if wrong is not None:
+            raise ValueError(wrong)
+
+    return fetch(entry.url, entry.cache_path, progress=progress, verify=verify)
 
 
 def load_state(

@@ -59,3 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(a dataset name, folder:PATH, ...: as vitkit eval --data)",
     )
     parser.add_argument("--data-dir", help="where the --accuracy-on dataset lives")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an existing destination file, or write into a directory that is not empty",
+    )

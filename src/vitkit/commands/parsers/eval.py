@@ -35,3 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out", help="directory for eval_<split>.json and the confusion matrix (default: the run directory)"
     )
     parser.add_argument("--confusion", help="write the confusion-matrix PNG to this path instead")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace files of --out or --confusion that exist"
+    )

@@ -33,6 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="write one record per image to FILE instead of printing tables: .jsonl (JSON Lines) or .csv",
     )
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument(
         "--batch-size", type=positive_int, default=32, help="images per forward pass (default 32)"
     )
