@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.server
-import os
 import socket
 import struct
 import subprocess
@@ -190,7 +189,3 @@ def files_of(directory: Path) -> dict[str, bytes]:
         for path in sorted(directory.rglob("*"))
         if path.is_file()
     }
-
-
-def environment_without_aws() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}

@@ -76,7 +76,7 @@ def join(url: str, *names: str) -> str:
     return "/".join([url.rstrip("/"), *names])
 
 
-def filesystem(url: str, patience: Patience = PATIENCE) -> tuple[Any, str]:
+def filesystem(url: str, patience: Patience | None = None) -> tuple[Any, str]:
     """(fsspec filesystem, path within it) of `url`, its reads bounded by `patience.stall`; credentials are the
     store's own (environment, profiles), and a password in the URL is refused (it would be written to config.toml)."""
     parts = urlsplit(url)
@@ -90,7 +90,7 @@ def filesystem(url: str, patience: Patience = PATIENCE) -> tuple[Any, str]:
     try:
         import fsspec  # optional: the remote extra
 
-        return fsspec.core.url_to_fs(url, **_timeouts(protocol, patience.stall))
+        return fsspec.core.url_to_fs(url, **_timeouts(protocol, (patience or PATIENCE).stall))
     except ImportError as err:
         raise ValueError(
             f"{url}: reading {protocol}:// needs `pip install vitkit[remote]` (fsspec, s3fs; gcsfs for gs://): "
@@ -180,13 +180,13 @@ def existing(urls: Iterable[str]) -> list[RemoteShard]:
 
 
 def fetch(
-    shard: RemoteShard, patience: Patience = PATIENCE, stop: threading.Event | None = None
+    shard: RemoteShard, patience: Patience | None = None, stop: threading.Event | None = None
 ) -> IO[bytes]:
     """The shard's bytes in a local temporary file (deleted when closed), at offset 0; a ValueError naming the
     shard and URL when it changed since it was indexed or could not be fetched within `patience.total`."""
     file = tempfile.TemporaryFile()
     try:
-        _fetch_into(file, shard, patience, stop)
+        _fetch_into(file, shard, patience or PATIENCE, stop)
     except BaseException:
         file.close()
         raise
@@ -226,10 +226,17 @@ def _fetch_into(
             if waited + backoff > patience.total:
                 raise ValueError(
                     f"shard {shard.name} ({shard.url}): not fetched after {attempts} tries in {waited:.1f} s, "
-                    f"{offset} of {shard.size} bytes read ({one_line(err) or type(err).__name__})"
+                    f"{offset} of {shard.size} bytes read ({one_line(err) or _silent(err, patience)})"
                 ) from None
             time.sleep(backoff)
             backoff = min(backoff * 2, patience.max_backoff)
+
+
+def _silent(err: BaseException, patience: Patience) -> str:
+    """What an error without a message (a timeout) means."""
+    if isinstance(err, TimeoutError):
+        return f"no answer within {patience.stall:g} s"
+    return type(err).__name__
 
 
 def current(fs: Any, path: str) -> RemoteShard:
@@ -259,7 +266,7 @@ class ReadAhead:
     """The fetched files of `shards` in order, the next one fetched in a thread while the current one is read;
     each file is closed (and deleted) once the next is asked for, or when the iteration is closed."""
 
-    def __init__(self, shards: list[RemoteShard], patience: Patience = PATIENCE) -> None:
+    def __init__(self, shards: list[RemoteShard], patience: Patience | None = None) -> None:
         self.shards, self.patience = shards, patience
 
     def __iter__(self) -> Iterator[IO[bytes]]:
