@@ -12,6 +12,7 @@ import torch
 from object_store import BUCKET, s3_server, upload
 
 from image_collections import take_steps, write_folder, write_packed
+from vitkit import cli
 from vitkit.data import ReadOptions, ShardSource, TrainTransform, eval_batches, open_source, shard_index
 from vitkit.data.remote import RemoteShard
 
@@ -115,3 +116,20 @@ def test_a_shard_changed_under_a_run_is_an_error(local, bucket, tmp_path):
         FileNotFoundError, match=r"changing/train-000005.tar: missing shard \(1 of 12 missing\)"
     ):
         ShardSource(f"{bucket}/changing", "train")
+
+
+def test_data_pack_writes_its_shards_to_a_bucket(local, bucket, capsys):
+    folder = local.parent / "folder"
+    out = f"{bucket}/by-pack"
+    args = ["data", "pack", f"folder:{folder}", "--out", out, "--shard-images", "5", "--keep-order"]
+    assert cli.main(args) == 0
+    assert f"train on it with data.source=wds:{out}" in capsys.readouterr().out
+    fs = fsspec.filesystem("s3")
+    written = sorted(fs.ls(f"{BUCKET}/by-pack"))
+    assert written == sorted(f"{BUCKET}/by-pack/{p.name}" for p in local.iterdir())  # no marker left
+    for path in local.iterdir():
+        assert fs.cat_file(f"{BUCKET}/by-pack/{path.name}") == path.read_bytes(), path.name
+    assert cli.main(args) == 2  # not empty
+    assert "by-pack: not empty; pack writes into a new or empty location" in capsys.readouterr().err
+    assert cli.main([*args[:4], f"{bucket}/as-hf", "--format", "hf"]) == 2
+    assert "a URL takes --format wds" in capsys.readouterr().err

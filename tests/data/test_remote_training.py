@@ -15,7 +15,7 @@ import pytest
 from object_store import BUCKET, SECRET, s3_server, upload
 
 from image_collections import write_folder, write_packed
-from tiny_run import restore_threads, tiny  # noqa: F401  (fixtures)
+from tiny_run import TINY, restore_threads  # noqa: F401  (a fixture)
 from train.test_resume import assert_bitwise_equal
 from vitkit import cli
 from vitkit.train import checkpoint as ckpt
@@ -25,8 +25,8 @@ pytestmark = pytest.mark.slow  # a server process and several training runs
 STEPS = 24
 
 
-def train_args(out, source, tiny, *extra):
-    return ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "4", *tiny,
+def train_args(out, source, *extra):
+    return ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "4", *TINY,
             "train.batch_size=12", "data.crop=inception", f"data.source={source}", "data.workers=2", *extra]  # fmt: skip
 
 
@@ -41,9 +41,9 @@ def shards(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def local_run(shards, tiny):
+def local_run(shards):
     out = shards.parent / "local"
-    assert cli.main(train_args(out, f"wds:{shards}", tiny)) == 0
+    assert cli.main(train_args(out, f"wds:{shards}")) == 0
     assert len(loss_lines(out)) == STEPS
     return out
 
@@ -66,9 +66,9 @@ def assert_no_secret(run, *outputs):
     assert all(SECRET not in output for output in outputs)
 
 
-def test_training_from_a_bucket_equals_training_from_local_disk(local_run, bucket, tiny, tmp_path):
+def test_training_from_a_bucket_equals_training_from_local_disk(local_run, bucket, tmp_path):
     out = tmp_path / "remote"
-    process = vitkit_train(*train_args(out, f"wds:{bucket}", tiny))
+    process = vitkit_train(*train_args(out, f"wds:{bucket}"))
     stdout, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
     assert loss_lines(out) == loss_lines(local_run)
@@ -78,9 +78,9 @@ def test_training_from_a_bucket_equals_training_from_local_disk(local_run, bucke
     assert_no_secret(out, stdout, stderr)
 
 
-def test_a_run_from_a_bucket_killed_and_resumed_equals_the_local_run(local_run, bucket, tiny, tmp_path):
+def test_a_run_from_a_bucket_killed_and_resumed_equals_the_local_run(local_run, bucket, tmp_path):
     killed = tmp_path / "killed"
-    process = vitkit_train(*train_args(killed, f"wds:{bucket}", tiny))
+    process = vitkit_train(*train_args(killed, f"wds:{bucket}"))
     deadline = time.monotonic() + 240
     while ckpt.latest_checkpoint(killed) is None and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -89,7 +89,7 @@ def test_a_run_from_a_bucket_killed_and_resumed_equals_the_local_run(local_run, 
     assert process.returncode == -signal.SIGKILL, stderr
     assert not (killed / "final").exists(), "the run finished before the kill; make it longer"
 
-    resumed = vitkit_train(*train_args(killed, f"wds:{bucket}", tiny), "--resume")
+    resumed = vitkit_train(*train_args(killed, f"wds:{bucket}"), "--resume")
     stdout, stderr = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, stderr
     assert "resuming at step" in stdout + stderr

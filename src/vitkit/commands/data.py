@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from vitkit.data import open_source
 from vitkit.data.pack import FORMATS, pack, summarise
@@ -19,7 +18,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pack", help="write SRC's train and test splits as shards (wds) or a datasets dir (hf)"
     )
     packer.add_argument("src", help="data source: dataset name, folder:PATH (or PATH), hf:PATH, wds:DIR")
-    packer.add_argument("--out", required=True, help="new or empty directory to write")
+    packer.add_argument("--out", required=True, help="new or empty directory (or bucket URL, wds) to write")
     packer.add_argument(
         "--format", choices=FORMATS, default="wds", help="wds: tar shards (default); hf: datasets"
     )
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "pack":
         start = time.perf_counter()
         seed = None if args.keep_order else args.seed
-        for packed in pack(sources, Path(args.out), args.format, args.shard_images, seed):
+        for packed in pack(sources, args.out, args.format, args.shard_images, seed):
             size = packed.bytes / 2**20
             print(f"{packed.split}: {packed.images} images in {len(packed.files)} file(s), {size:.1f} MiB")
         prefix = "wds" if args.format == "wds" else "hf"
