@@ -14,7 +14,7 @@ from object_store import SECRET, faulty_http, files_of
 
 from image_collections import take_steps, write_folder, write_packed
 from vitkit.data import ShardSource, TrainTransform, open_source, remote
-from vitkit.data.remote import Patience, fetch, stat
+from vitkit.data.remote import Patience, ReadAhead, fetch, stat
 
 TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
 QUICK = Patience(total=1.0, stall=0.3, first_backoff=0.05, max_backoff=0.2)  # bounds the tests' waits
@@ -98,3 +98,18 @@ def test_a_url_with_a_password_is_refused_without_echoing_it():
     with pytest.raises(ValueError, match="a URL with a password is refused") as error:
         open_source(f"wds:https://user:{SECRET}@127.0.0.1:1/x/train-{{0..1}}.tar", "train")
     assert SECRET not in str(error.value) and "user" not in str(error.value)
+
+
+def test_the_next_shard_is_fetched_while_one_is_read(served, local):
+    names = [f"train-{k:06d}.tar" for k in range(3)]
+    files = iter(ReadAhead([stat(f"{served.url}/{name}") for name in names], QUICK))
+    first = next(files)
+    deadline = time.monotonic() + 10
+    while names[1] not in served.gets and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.gets == names[:2]  # the next one, and not the one after it
+    assert first.read() == (local / names[0]).read_bytes()
+    second = next(files)
+    assert first.closed and second.read() == (local / names[1]).read_bytes()
+    files.close()  # the stream is done with: its files are closed (and so deleted)
+    assert second.closed
