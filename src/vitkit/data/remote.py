@@ -17,6 +17,7 @@ the shard and its URL.
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
 import re
 import tempfile
@@ -115,11 +116,24 @@ def describe(fs: Any, path: str, info: dict[str, Any]) -> RemoteShard:
     return RemoteShard(fs.unstrip_protocol(path), int(info.get("size") or 0), version)
 
 
+@contextlib.contextmanager
+def naming(url: str) -> Iterator[None]:
+    """A back-end's error while listing or asking about `url` (no connection, no permission) as one line naming
+    it; FileNotFoundError passes as it is."""
+    try:
+        yield
+    except (FileNotFoundError, ValueError):
+        raise
+    except Exception as err:  # noqa: BLE001  # aiohttp, botocore, google-auth: their own classes
+        raise ValueError(f"{url}: {one_line(err) or type(err).__name__}") from None
+
+
 def stat(url: str) -> RemoteShard:
     """The shard at `url` as it is now; FileNotFoundError naming the URL when there is none."""
     fs, path = filesystem(url)
     try:
-        return current(fs, path)
+        with naming(url):
+            return current(fs, path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{url}: no such file") from None
 
@@ -128,7 +142,8 @@ def read_bytes(url: str) -> bytes | None:
     """A small file's bytes (dataset.json), None when there is none."""
     fs, path = filesystem(url)
     try:
-        return fs.cat_file(path)
+        with naming(url):
+            return fs.cat_file(path)
     except (FileNotFoundError, IsADirectoryError):
         return None
 
@@ -138,7 +153,8 @@ def tars_in(url: str) -> list[RemoteShard]:
     fs, path = filesystem(url)
     fs.invalidate_cache(path)  # a listing made before may be out of date
     try:
-        entries = fs.ls(path, detail=True)
+        with naming(url):
+            entries = fs.ls(path, detail=True)
     except (FileNotFoundError, NotADirectoryError):
         return []
     return sorted(
@@ -160,7 +176,8 @@ def existing(urls: Iterable[str]) -> list[RemoteShard]:
         fs, path = filesystem(url)
         if any(c in path for c in "*?["):
             fs.invalidate_cache()
-            matches = fs.glob(path, detail=True)
+            with naming(url):
+                matches = fs.glob(path, detail=True)
             for name in sorted(matches):
                 if matches[name].get("type") == "file":
                     shard = describe(fs, name, matches[name])
@@ -168,7 +185,10 @@ def existing(urls: Iterable[str]) -> list[RemoteShard]:
             continue
         parent = url.rsplit("/", 1)[0]
         if parent not in listed:
-            listed[parent] = {shard.url: shard for shard in tars_in(parent) if shard.size}
+            try:
+                listed[parent] = {shard.url: shard for shard in tars_in(parent) if shard.size}
+            except ValueError:  # a server that lists nothing: each name is asked about
+                listed[parent] = {}
         known = listed[parent].get(url)
         if known is None:
             try:

@@ -65,10 +65,14 @@ def find_shards(location: str | os.PathLike, split: str) -> ShardIndex:
     remote = is_url(text)
     if not remote:
         text = os.path.expanduser(text)
-    info = read_bytes(join(text, INFO_NAME)) if remote else _local_bytes(Path(text) / INFO_NAME)
+    pattern = glob.has_magic(text) or "{" in text
+    if pattern:
+        info = None
+    else:
+        info = read_bytes(join(text, INFO_NAME)) if remote else _local_bytes(Path(text) / INFO_NAME)
     if info is not None:
         return packed_index(text, info, split)
-    if not remote and not glob.has_magic(text) and "{" not in text and not os.path.exists(text):
+    if not remote and not pattern and not os.path.exists(text):
         raise FileNotFoundError(f"{text}: no such directory")
     splits = split_files(text)
     if not splits:
