@@ -109,7 +109,7 @@ class FaultyFiles(http.server.ThreadingHTTPServer):
 @contextlib.contextmanager
 def faulty_http(stall_seconds: float = 3.0) -> Iterator[FaultyFiles]:
     server = FaultyFiles(stall_seconds)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield server

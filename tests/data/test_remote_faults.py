@@ -17,7 +17,7 @@ from vitkit.data import ShardSource, TrainTransform, open_source, remote
 from vitkit.data.remote import Patience, ReadAhead, fetch, stat
 
 TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
-QUICK = Patience(total=1.0, stall=0.3, first_backoff=0.05, max_backoff=0.2)  # bounds the tests' waits
+QUICK = Patience(total=1.0, stall=0.2, first_backoff=0.05, max_backoff=0.2)  # bounds the tests' waits
 NAME = "train-000000.tar"
 FAULTS = ["reset", "503", "stall", "short"]
 
