@@ -280,6 +280,7 @@ def scan_shard(path: ShardFile) -> tuple[int, set[int]]:
 
 
 def scan_tar(path: ShardFile, opened: Callable[[], tarfile.TarFile]) -> tuple[int, set[int]]:
+    """scan_shard on the tar reader `opened` makes; an unreadable shard is a one-line ValueError naming `path`."""
     count, labels, current = 0, set(), None
     try:
         with opened() as tar:
