@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from vitkit.data import open_source
 from vitkit.data.pack import pack, summarise
@@ -17,7 +16,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "pack":
         start = time.perf_counter()
         seed = None if args.keep_order else args.seed
-        for packed in pack(sources, Path(args.out), args.format, args.shard_images, seed):
+        for packed in pack(sources, args.out, args.format, args.shard_images, seed):
             size = packed.bytes / 2**20
             print(f"{packed.split}: {packed.images} images in {len(packed.files)} file(s), {size:.1f} MiB")
         prefix = "wds" if args.format == "wds" else "hf"

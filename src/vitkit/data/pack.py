@@ -4,6 +4,9 @@ checking one (`vitkit data info`).
 Images keep their encoded bytes when the source has them (files, Arrow rows, shard members): packing re-encodes
 nothing, so a folder of JPEGs packs to the same JPEG bytes. In-memory datasets are written as PNG (lossless):
 their packed copies train bitwise like the original (same images, same order, same indices).
+
+Shards can be written to a bucket (`--out s3://bucket/dir`, or any URL fsspec writes to): each is written to a
+local temporary directory, uploaded when complete and removed, so the local disk holds one shard at a time.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import io
 import json
 import shutil
 import tarfile
+import tempfile
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +29,7 @@ from tqdm import tqdm
 from vitkit.storage import atomic_write_text
 
 from .decode import ImageDecodeError, decode_image, image_size
+from .remote import filesystem, is_url, join
 from .shard_index import INFO_NAME, LABEL_EXTENSION
 from .shards import UNKNOWN_IMAGE_EXTENSION
 from .source import Member, Source
@@ -85,31 +90,44 @@ class Packed:
 
     split: str
     images: int
-    files: list[Path] = field(default_factory=list)
+    files: list[Path | str] = field(default_factory=list)  # local paths or URLs
     shards: list[dict] = field(default_factory=list)  # {"name", "images"} of each shard (wds)
-
-    @property
-    def bytes(self) -> int:
-        return sum(path.stat().st_size for path in self.files)
+    bytes: int = 0
 
 
-def write_shards(source: Source, split: str, out: Path, shard_images: int, seed: int | None = None) -> Packed:
+def write_shards(
+    source: Source,
+    split: str,
+    out: Path,
+    shard_images: int,
+    seed: int | None = None,
+    finished: Callable[[Path], Path | str] = lambda path: path,
+) -> Packed:
     """`split` as out/<split>-NNNNNN.tar of `shard_images` samples each (<key>.<ext> image + <key>.cls label, the
     key the sample's index in the source), in the source's order or, with a `seed`, shuffled (shards of an
-    indexable source)."""
+    indexable source). Each shard, once complete, is handed to `finished`, which says where it now is."""
     packed = Packed(split, 0)
     order = None if seed is None or not source.indexable else shuffled_order(len(source), seed)
-    tar, count = None, 0
+    tar, count, current = None, 0, out
     progress = tqdm(total=len(source), desc=f"pack {split}", unit="img", dynamic_ncols=True)
+
+    def close() -> None:
+        nonlocal tar
+        assert tar is not None
+        with writing(current):
+            tar.close()
+        tar = None
+        packed.bytes += current.stat().st_size
+        packed.files.append(finished(current))
+        packed.shards.append({"name": current.name, "images": count})
+
     try:
         for index, data, label in complete_samples(source, order):
             if tar is None or count == shard_images:
                 if tar is not None:
-                    with writing(packed.files[-1]):
-                        tar.close()
-                    packed.shards.append({"name": packed.files[-1].name, "images": count})
-                packed.files.append(out / f"{split}-{len(packed.files):06d}.tar")
-                tar, count = tarfile.open(packed.files[-1], "w", format=tarfile.USTAR_FORMAT), 0
+                    close()
+                current = out / f"{split}-{len(packed.shards):06d}.tar"
+                tar, count = tarfile.open(current, "w", format=tarfile.USTAR_FORMAT), 0
             key = f"{index:09d}"
             for name, payload in (
                 (f"{key}.{extension(data)}", data),
@@ -117,18 +135,17 @@ def write_shards(source: Source, split: str, out: Path, shard_images: int, seed:
             ):
                 member = tarfile.TarInfo(name)
                 member.size, member.mtime, member.mode = len(payload), 0, 0o644  # byte-reproducible shards
-                with writing(packed.files[-1]):
+                with writing(current):
                     tar.addfile(member, io.BytesIO(payload))
             count += 1
             packed.images += 1
             progress.update()
+        if tar is not None:
+            close()
     finally:
         progress.close()
-        if tar is not None:
-            with writing(packed.files[-1]):
-                tar.close()
-    if tar is not None:
-        packed.shards.append({"name": packed.files[-1].name, "images": count})
+        if tar is not None:  # an error part-way: the shard closed, not handed on
+            tar.close()
     return packed
 
 
@@ -156,20 +173,25 @@ def write_hf(sources: dict[str, Source], classes: list[str], out: Path) -> list[
         datasets.DatasetDict(splits).save_to_disk(str(out))
     shutil.rmtree(scratch, ignore_errors=True)
     for item in packed:
-        item.files = sorted((out / item.split).glob("*.arrow"))
+        item.files = list(sorted((out / item.split).glob("*.arrow")))
+        item.bytes = sum(path.stat().st_size for path in (out / item.split).glob("*.arrow"))
     return packed
 
 
 def pack(
-    sources: dict[str, Source], out: Path, fmt: str, shard_images: int = 1000, seed: int | None = None
+    sources: dict[str, Source], out: Path | str, fmt: str, shard_images: int = 1000, seed: int | None = None
 ) -> list[Packed]:
-    """Write every split of `sources` to `out` as `fmt` ('wds' or 'hf'); `out` must not exist or be empty.
-    Shards are written in a shuffled order keyed by `seed` (None: the source's order); HF datasets keep it.
-    Until the last write, `out` holds INCOMPLETE_NAME: an interrupted pack is recognised and named as such."""
+    """Write every split of `sources` to `out` (a directory, or a URL for wds) as `fmt` ('wds' or 'hf'); `out`
+    must not exist or be empty. Shards are written in a shuffled order keyed by `seed` (None: the source's order);
+    HF datasets keep it. Until the last write, `out` holds INCOMPLETE_NAME: an interrupted pack is recognised and
+    named as such."""
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {FORMATS}, got {fmt!r}")
     if shard_images < 1:
         raise ValueError(f"--shard-images must be positive, got {shard_images}")
+    if isinstance(out, str) and is_url(out):
+        return pack_to_url(sources, out, fmt, shard_images, seed)
+    out = Path(out)
     if (out / INCOMPLETE_NAME).exists():
         raise ValueError(
             f"{out}: left by an interrupted `vitkit data pack` (it holds {INCOMPLETE_NAME}); it can be removed: "
@@ -188,6 +210,42 @@ def pack(
         info = {"classes": classes, "splits": {p.split: {"shards": p.shards} for p in packed}}
         atomic_write_text(out / INFO_NAME, json.dumps(info, indent=1) + "\n")
     (out / INCOMPLETE_NAME).unlink()
+    return packed
+
+
+def pack_to_url(
+    sources: dict[str, Source], out: str, fmt: str, shard_images: int, seed: int | None
+) -> list[Packed]:
+    """pack() into a bucket: each shard staged in a local temporary directory, uploaded, removed; dataset.json
+    last, and INCOMPLETE_NAME in `out` until then."""
+    if fmt != "wds":
+        raise ValueError(f"{out}: --format {fmt} writes a local directory; a URL takes --format wds")
+    fs, root = filesystem(out)
+    marker = f"{root}/{INCOMPLETE_NAME}"
+    if fs.exists(marker):
+        raise ValueError(
+            f"{out}: left by an interrupted `vitkit data pack` (it holds {INCOMPLETE_NAME}); remove it and pack again"
+        )
+    if fs.exists(root) and fs.find(root, maxdepth=1):
+        raise ValueError(f"{out}: not empty; pack writes into a new or empty location")
+    fs.pipe_file(marker, b"")
+
+    def upload(path: Path) -> str:
+        url = join(out, path.name)
+        with writing(path):
+            fs.put_file(str(path), f"{root}/{path.name}")
+        path.unlink()
+        return url
+
+    classes = next(iter(sources.values())).classes
+    with tempfile.TemporaryDirectory(prefix="vitkit-pack-") as staging:
+        packed = [
+            write_shards(source, split, Path(staging), shard_images, seed, finished=upload)
+            for split, source in sources.items()
+        ]
+    info = {"classes": classes, "splits": {p.split: {"shards": p.shards} for p in packed}}
+    fs.pipe_file(f"{root}/{INFO_NAME}", (json.dumps(info, indent=1) + "\n").encode())
+    fs.rm_file(marker)
     return packed
 
 

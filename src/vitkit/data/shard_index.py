@@ -13,7 +13,12 @@ Three layouts are read:
 Without an index, one pass over the shards (tar headers and the small `.cls` members only) counts each shard's
 samples (member names sharing a key up to the first dot) and finds the labels; the classes are 0..max label,
 named by their index. The result is kept in the cache directory, keyed by the shards' paths, sizes and
-modification times, so the pass is made once until a shard changes.
+modification times (a remote shard's: its URL, size and ETag), so the pass is made once per machine until a shard
+changes, and DataLoader workers are handed the index rather than making it again.
+
+A location may be a URL (s3://, gs://, https://, ...: vitkit.data.remote) in each of these layouts; a directory per
+split needs a store that lists directories (object stores do, plain HTTP servers do not: give dataset.json or a
+brace pattern there).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any
 from vitkit.cache import read_record, record_path, write_record
 
 from .lazy import TEST_SPLITS
+from .remote import RemoteShard, existing, fetch, is_url, join, read_bytes, tars_in
 
 INFO_NAME = "dataset.json"
 LABEL_EXTENSION = "cls"
@@ -39,12 +45,14 @@ _RANGE = re.compile(r"\{(\d+)\.\.(\d+)\}")
 _CHOICE = re.compile(r"\{([^{}]*,[^{}]*)\}")
 _MAX_LABEL_BYTES = 64  # a .cls member is a decimal class index
 
+ShardFile = Path | RemoteShard  # a local shard, or one at a URL with the size and ETag it was indexed at
+
 
 @dataclass(frozen=True)
 class ShardIndex:
     """The shards of one split, in order, with the samples each holds; the classes shared by every split."""
 
-    paths: list[Path]
+    paths: list[ShardFile]
     counts: list[int]
     classes: list[str]
     split: str
@@ -53,10 +61,18 @@ class ShardIndex:
 
 def find_shards(location: str | os.PathLike, split: str) -> ShardIndex:
     """The shards of `split` ('train', or an evaluation split: test, validation or val, whichever exists)."""
-    text = os.path.expanduser(os.fspath(location))
-    if (Path(text) / INFO_NAME).is_file():
-        return packed_index(Path(text), split)
-    if not glob.has_magic(text) and "{" not in text and not os.path.exists(text):
+    text = os.fspath(location)
+    remote = is_url(text)
+    if not remote:
+        text = os.path.expanduser(text)
+    pattern = glob.has_magic(text) or "{" in text
+    if pattern:
+        info = None
+    else:
+        info = read_bytes(join(text, INFO_NAME)) if remote else _local_bytes(Path(text) / INFO_NAME)
+    if info is not None:
+        return packed_index(text, info, split)
+    if not remote and not pattern and not os.path.exists(text):
         raise FileNotFoundError(f"{text}: no such directory")
     splits = split_files(text)
     if not splits:
@@ -79,26 +95,37 @@ def pick_split(split: str, available: Collection[str], where: str) -> str:
     return name
 
 
-def packed_index(directory: Path, split: str) -> ShardIndex:
-    """vitkit's layout: dataset.json names the classes and each split's shards with their sample counts."""
-    info_path = directory / INFO_NAME
-    classes, splits = read_index(info_path)
-    name = pick_split(split, splits, str(info_path))
+def _local_bytes(path: Path) -> bytes | None:
+    return path.read_bytes() if path.is_file() else None
+
+
+def packed_index(directory: str, info: bytes, split: str) -> ShardIndex:
+    """vitkit's layout: dataset.json (`info`) names the classes and each split's shards with their sample counts."""
+    info_path = join(directory, INFO_NAME)
+    classes, splits = read_index(info, info_path)
+    name = pick_split(split, splits, info_path)
     shards = splits[name]["shards"]
-    paths = [directory / shard["name"] for shard in shards]
+    wanted = [join(directory, shard["name"]) for shard in shards]
     counts = [shard["images"] for shard in shards]
-    missing = [str(p) for p in paths if not p.is_file()]
+    paths: list[ShardFile]
+    if is_url(directory):
+        found = {shard.url: shard for shard in existing(wanted)}
+        missing = [url for url in wanted if url not in found]
+        paths = [found[url] for url in wanted if url in found]
+    else:
+        missing = [p for p in wanted if not Path(p).is_file()]
+        paths = [Path(p) for p in wanted]
     if missing:
-        raise FileNotFoundError(f"{missing[0]}: missing shard ({len(missing)} of {len(paths)} missing)")
+        raise FileNotFoundError(f"{missing[0]}: missing shard ({len(missing)} of {len(wanted)} missing)")
     return ShardIndex(paths, counts, classes, name, f"{directory}/{name}-*.tar")
 
 
-def read_index(info_path: Path) -> tuple[list[str], dict[str, Any]]:
-    """(classes, splits) of a dataset.json, every field checked: a missing or mistyped one is a one-line error
-    naming it, before anything is read or written."""
+def read_index(data: bytes, info_path: str) -> tuple[list[str], dict[str, Any]]:
+    """(classes, splits) of a dataset.json's bytes, every field checked: a missing or mistyped one is a one-line
+    error naming it, before anything is read or written."""
     where = f"{info_path}: not a vitkit shard index"
     try:
-        info = json.loads(info_path.read_bytes())
+        info = json.loads(data)
     except (ValueError, UnicodeDecodeError) as err:
         raise ValueError(f"{where} (not JSON: {err})") from None
     shape = '{"classes": ["a", ...], "splits": {"train": {"shards": [{"name": "train-000000.tar", "images": N}]}}}'
@@ -131,16 +158,17 @@ def read_index(info_path: Path) -> tuple[list[str], dict[str, Any]]:
     return classes, splits
 
 
-def split_files(location: str) -> dict[str, list[Path]]:
+def split_files(location: str) -> dict[str, list[ShardFile]]:
     """Split name -> its shard files (sorted), for a directory or a pattern; splits without files left out."""
-    found: dict[str, list[Path]] = {}
-    if Path(location).is_dir():
-        root = Path(location)
+    found: dict[str, list[ShardFile]] = {}
+    if _is_directory(location):
+        in_root: list[ShardFile] | None = None
         for split in SPLITS:
-            files = sorted((root / split).glob("*.tar"))
+            files = _tars_in(join(location, split))
             if not files:
                 token = re.compile(rf"(^|[-_.]){split}([-_.]|$)")
-                files = sorted(p for p in root.glob("*.tar") if token.search(p.stem))
+                in_root = _tars_in(location) if in_root is None else in_root
+                files = [p for p in in_root if token.search(p.stem)]
             if files:
                 found[split] = files
         return found
@@ -159,7 +187,19 @@ def split_files(location: str) -> dict[str, list[Path]]:
     return found
 
 
-def expand(pattern: str) -> list[Path]:
+def _is_directory(location: str) -> bool:
+    if is_url(location):  # object stores have no directories to ask about, only names to list
+        return not glob.has_magic(location) and "{" not in location
+    return Path(location).is_dir()
+
+
+def _tars_in(directory: str) -> list[ShardFile]:
+    if is_url(directory):
+        return list(tars_in(directory))
+    return list(sorted(Path(directory).glob("*.tar")))
+
+
+def expand(pattern: str) -> list[ShardFile]:
     """The existing files a brace pattern ({0000..0099} ranges, zero-padded as written; {a,b} choices) with
     shell wildcards names, in order and without repeats."""
     names = [pattern]
@@ -168,6 +208,8 @@ def expand(pattern: str) -> list[Path]:
         for name in names:
             expanded += _expand_all(name, regex, options)
         names = expanded
+    if is_url(pattern):
+        return list(existing(names))
     files: dict[str, None] = {}
     for name in names:
         for match in sorted(glob.glob(name)) if glob.has_magic(name) else [name]:
@@ -197,11 +239,9 @@ def _expand_all(
     ]
 
 
-def scanned(splits: dict[str, list[Path]], location: str) -> tuple[dict[str, list[int]], list[str]]:
+def scanned(splits: dict[str, list[ShardFile]], location: str) -> tuple[dict[str, list[int]], list[str]]:
     """Samples per shard of every split and the classes, from the cache or one pass over the shards."""
-    key = [
-        [str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns] for files in splits.values() for p in files
-    ]
+    key = [_identity(p) for files in splits.values() for p in files]
     record = record_path("shards", key)
     stored = read_record(record)
     if stored is not None and set(stored.get("counts", {})) == set(splits):
@@ -223,11 +263,27 @@ def scanned(splits: dict[str, list[Path]], location: str) -> tuple[dict[str, lis
     return counts, classes
 
 
-def scan_shard(path: Path) -> tuple[int, set[int]]:
+def _identity(shard: ShardFile) -> list[str | int]:
+    """What the cached count of a shard is kept under: it changes when the shard does."""
+    if isinstance(shard, RemoteShard):
+        return [shard.url, shard.size, shard.etag]
+    stat = shard.stat()
+    return [str(shard.resolve()), stat.st_size, stat.st_mtime_ns]
+
+
+def scan_shard(path: ShardFile) -> tuple[int, set[int]]:
     """(samples, labels) of one shard: a sample is a run of file members sharing a key (up to the first dot)."""
+    if isinstance(path, RemoteShard):
+        with fetch(path) as file:
+            return scan_tar(path, lambda: tarfile.open(fileobj=file, mode="r|*"))
+    return scan_tar(path, lambda: tarfile.open(path, "r|*"))
+
+
+def scan_tar(path: ShardFile, opened: Callable[[], tarfile.TarFile]) -> tuple[int, set[int]]:
+    """scan_shard on the tar reader `opened` makes; an unreadable shard is a one-line ValueError naming `path`."""
     count, labels, current = 0, set(), None
     try:
-        with tarfile.open(path, "r|*") as tar:
+        with opened() as tar:
             for member in tar:
                 if not member.isfile():
                     continue

@@ -17,6 +17,10 @@ of shards holds), so steps alternate over the W streams of a rank in a fixed ord
 therefore a function of (seed, step, R, W): a run resumed with the same number of ranks and workers reads exactly
 the batches of the uninterrupted run (each stream re-reads its shards up to the resume point without decoding
 them); a resume with another R x W is refused. Augmentation is keyed by each sample's index in the split.
+
+Shards at a URL (s3://, gs://, https://: vitkit.data.remote) are read the same way, from a local copy of each
+fetched whole while the stream reads the shard before it, and checked against the size and ETag they were
+indexed at: the bytes a stream reads, and so its batches, are those of the same shards on local disk.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ import os
 import re
 import tarfile
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
 
 import numpy as np
 import torch
@@ -32,6 +38,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
 from .decode import IMAGE_EXTENSIONS, ImageDecodeError, check_byte_size, decode_image
+from .remote import ReadAhead, RecentShard, RemoteShard
 from .shard_index import INFO_NAME, LABEL_EXTENSION, find_shards
 from .source import DEFAULT_READING, Member, ReadOptions, StepPlan
 from .transforms import eval_transform, key, sample_keys
@@ -71,6 +78,7 @@ class ShardSource:
             f"{int(self.offsets[-1])} images, {len(self.classes)} classes, streamed)"
         )
         self.options = options
+        self.recent = RecentShard()  # reading by position (evaluation): the remote shard fetched last
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -115,20 +123,33 @@ class ShardSource:
         self, order: list[int] | None = None
     ) -> Iterator[tuple[int, str, Member, int | None]]:
         """Every sample in shard order (a stream: `order` does not apply)."""
-        for shard in range(len(self.paths)):
-            yield from self.samples(shard)
+        shards = list(range(len(self.paths)))
+        for shard, file in zip(shards, self.fetched_ahead(shards), strict=True):
+            yield from self.samples(shard, file)
 
-    def samples(self, shard: int) -> Iterator[tuple[int, str, Member, int | None]]:
+    def fetched_ahead(self, shards: list[int]) -> Iterator[IO[bytes] | None]:
+        """Per shard, in order: None for a local one (read where it is), the fetched copy of a remote one while
+        the next one is fetched (vitkit.data.remote.ReadAhead)."""
+        paths = [self.paths[shard] for shard in shards]
+        remote = [path for path in paths if isinstance(path, RemoteShard)]
+        return iter(ReadAhead(remote)) if remote else iter([None] * len(paths))
+
+    def samples(
+        self, shard: int, file: IO[bytes] | None = None
+    ) -> Iterator[tuple[int, str, Member, int | None]]:
         """(index in the split, member name, image bytes (None when missing, an ImageDecodeError when too
         large), label or None) of each sample of a shard, in order; a shard shorter than dataset.json says, or not
         a tar file, raises a one-line ValueError. Only image and label members are read into memory, each after
-        its size is checked: the stream passes over any other member."""
+        its size is checked: the stream passes over any other member. A remote shard is read from `file`, its
+        fetched copy, or fetched now."""
         path = self.paths[shard]
         count, first = int(self.counts[shard]), int(self.offsets[shard])
         position = 0
+        if isinstance(path, RemoteShard) and file is None:
+            file = self.recent.open(path)
         try:
             # Read in order, member after member; the data of a member nobody uses is seeked over, not read.
-            with tarfile.open(path, "r:*") as tar:
+            with open_tar(path, file) as tar:
                 current, image, label = None, None, None
                 for member in tar:
                     if not member.isfile():
@@ -163,6 +184,13 @@ class ShardSource:
                 f"{name}: label {label} missing or out of range for {len(self.classes)} classes"
             )
         return decode_image(image, name=name, channels=channels)
+
+
+def open_tar(path: Path | RemoteShard, fetched: IO[bytes] | None) -> tarfile.TarFile:
+    """A shard's tar reader: on the local file itself, or on a remote shard's fetched copy."""
+    if isinstance(path, RemoteShard):
+        return tarfile.open(fileobj=fetched, mode="r:*")
+    return tarfile.open(path, "r:*")
 
 
 def read_member(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str) -> bytes | ImageDecodeError:
@@ -220,8 +248,9 @@ class ShardSteps(IterableDataset):
                            stable=True).indices.tolist()  # fmt: skip
         rng = np.random.default_rng(key(self.seed, epoch, slot, _BUFFER_DOMAIN))
         buffer: list = []
-        for shard in order[slot::streams]:
-            for sample in self.source.samples(shard):
+        shards = order[slot::streams]
+        for shard, file in zip(shards, self.source.fetched_ahead(shards), strict=True):
+            for sample in self.source.samples(shard, file):
                 if len(buffer) < SHUFFLE_BUFFER:
                     buffer.append(sample)
                     continue

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.data.builtin import NAMES
+from vitkit.data.remote import is_url
 from vitkit.data.spec import PREFIXES
 from vitkit.train.defaults import describe_architecture, machine_threads
 from vitkit.train.epochs import steps_for_epochs
@@ -66,9 +67,10 @@ def resolve(
 
 def absolute_source(spec: str) -> str:
     """`spec` with the path of a folder:, hf: or wds: source (or a bare directory) made absolute, so the run's
-    saved recipe names the same images from any working directory (eval, fewshot and resume read it)."""
+    saved recipe names the same images from any working directory (eval, fewshot and resume read it); a URL
+    (wds:s3://...) is kept as it is."""
     kind, sep, path = spec.partition(":")
-    if sep and f"{kind}:" in PREFIXES and path:
+    if sep and f"{kind}:" in PREFIXES and path and not is_url(path):
         return f"{kind}:{Path(path).expanduser().absolute()}"
     if spec not in NAMES and Path(spec).expanduser().is_dir():
         return str(Path(spec).expanduser().absolute())

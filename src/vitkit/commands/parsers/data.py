@@ -16,7 +16,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pack", help="write SRC's train and test splits as shards (wds) or a datasets dir (hf)"
     )
     packer.add_argument("src", help="data source: dataset name, folder:PATH (or PATH), hf:PATH, wds:DIR")
-    packer.add_argument("--out", required=True, help="new or empty directory to write")
+    packer.add_argument("--out", required=True, help="new or empty directory (or bucket URL, wds) to write")
     packer.add_argument(
         "--format",
         choices=literal("vitkit.data.pack", "FORMATS"),

@@ -1,0 +1,115 @@
+"""Shards behind an HTTP server that injects faults (on 127.0.0.1): a reset, a 503, a stalled read or a short body
+is retried from the byte it stopped at and nothing is lost; a fault that persists fails in one line naming the
+shard and its URL within the bounded wait; a shard truncated or changed on the server is detected, never read
+short; and a stream through such faults yields the batches of the same shards on local disk."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+from object_store import SECRET, faulty_http, files_of
+
+from image_collections import take_steps, write_folder, write_packed
+from vitkit.data import ShardSource, TrainTransform, open_source, remote
+from vitkit.data.remote import Patience, ReadAhead, fetch, stat
+
+TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
+QUICK = Patience(total=1.0, stall=0.2, first_backoff=0.05, max_backoff=0.2)  # bounds the tests' waits
+NAME = "train-000000.tar"
+FAULTS = ["reset", "503", "stall", "short"]
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    root = tmp_path_factory.mktemp("wds")
+    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
+
+
+@pytest.fixture
+def served(local):
+    with faulty_http(stall_seconds=2 * QUICK.stall) as server:
+        server.files = files_of(local)
+        yield server
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_transient_fault_is_retried_and_nothing_is_lost(served, local, fault, monkeypatch):
+    monkeypatch.setattr(remote, "CHUNK_BYTES", 4096)  # several ranged reads a shard: a fault mid-shard
+    served.faults[NAME] = iter([None, fault, fault])  # the first range served, the second fails twice
+    shard = stat(f"{served.url}/{NAME}")
+    with fetch(shard, QUICK) as file:
+        assert file.read() == (local / NAME).read_bytes()
+    assert served.gets.count(NAME) == shard.size // 4096 + 2
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_fault_that_persists_fails_in_one_line_within_the_bounded_wait(served, fault):
+    served.faults[NAME] = itertools.repeat(fault)
+    url = f"{served.url}/{NAME}"
+    shard = stat(url)
+    start = time.monotonic()
+    with pytest.raises(ValueError) as error:
+        fetch(shard, QUICK)
+    assert time.monotonic() - start < QUICK.total + QUICK.stall + 1
+    message = str(error.value)
+    assert message.startswith(f"shard {NAME} ({url}): not fetched after ") and "\n" not in message
+
+
+def test_a_shard_truncated_or_changed_on_the_server_is_detected(served):
+    url = f"{served.url}/{NAME}"
+    shard = stat(url)
+    original = served.files[NAME]
+    served.files[NAME] = original[: len(original) // 2]
+    with pytest.raises(
+        ValueError, match=rf"{NAME}: changed since its split was indexed \(size {shard.size} -> "
+    ):
+        fetch(shard, QUICK)
+    served.files[NAME] = original[:-1] + b"\x01"  # same size, other bytes: another ETag
+    with pytest.raises(ValueError, match=r"changed since its split was indexed .*ETag"):
+        fetch(shard, QUICK)
+
+
+def test_a_stream_through_faults_reads_the_batches_of_local_disk(served, local, monkeypatch):
+    monkeypatch.setattr(remote, "PATIENCE", QUICK)
+    for k, fault in enumerate(FAULTS):
+        served.faults[f"train-{k:06d}.tar"] = iter([fault])
+    through_http = open_source(f"wds:{served.url}", "train")  # dataset.json, then a HEAD per shard
+    assert [str(p) for p in through_http.paths] == [f"{served.url}/train-{k:06d}.tar" for k in range(12)]
+    expected = take_steps(ShardSource(local, "train"), TRANSFORM, stop=6)
+    for a, b in zip(take_steps(through_http, TRANSFORM, stop=6), expected, strict=True):
+        assert not a.error, a.error
+        assert torch.equal(a.indices, b.indices) and torch.equal(a.images, b.images)
+    assert all(next(served.faults[f"train-{k:06d}.tar"], None) is None for k in range(4))  # every fault met
+
+
+@pytest.mark.slow  # a dozen HEADs, then the bounded wait
+def test_a_stream_that_cannot_fetch_a_shard_stops_in_one_line(served, monkeypatch):
+    monkeypatch.setattr(remote, "PATIENCE", QUICK)
+    through_http = ShardSource(f"{served.url}/train-{{000000..000011}}.tar", "train")  # a HEAD per name
+    served.faults["train-000001.tar"] = itertools.repeat("503")
+    with pytest.raises(ValueError, match=r"shard train-000001.tar \(http://127.0.0.1:\d+/train-000001.tar\)"):
+        take_steps(through_http, TRANSFORM, stop=12)
+
+
+def test_a_url_with_a_password_is_refused_without_echoing_it():
+    with pytest.raises(ValueError, match="a URL with a password is refused") as error:
+        open_source(f"wds:https://user:{SECRET}@127.0.0.1:1/x/train-{{0..1}}.tar", "train")
+    assert SECRET not in str(error.value) and "user" not in str(error.value)
+
+
+def test_the_next_shard_is_fetched_while_one_is_read(served, local):
+    names = [f"train-{k:06d}.tar" for k in range(3)]
+    files = iter(ReadAhead([stat(f"{served.url}/{name}") for name in names], QUICK))
+    first = next(files)
+    deadline = time.monotonic() + 10
+    while names[1] not in served.gets and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert served.gets == names[:2]  # the next one, and not the one after it
+    assert first.read() == (local / names[0]).read_bytes()
+    second = next(files)
+    assert first.closed and second.read() == (local / names[1]).read_bytes()
+    files.close()  # the stream is done with: its files are closed (and so deleted)
+    assert second.closed
