@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
@@ -75,7 +75,7 @@ class Service:
         self.admitted = 0  # images read, decoded or queued now; touched on the event loop only
 
     @contextlib.contextmanager
-    def admission(self, images: int):
+    def admission(self, images: int) -> Iterator[None]:
         """Hold `images` of the `max_queue` slots for the block; 503 when they are not free."""
         if self.admitted + images > self.options.max_queue:
             raise RequestRefused(
