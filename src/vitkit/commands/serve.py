@@ -1,0 +1,69 @@
+"""`vitkit serve WEIGHTS`: the model behind an HTTP API with dynamic batching, and a page to try it in a browser.
+
+SIGTERM or Ctrl-C stop it cleanly: no new connection is accepted, every request in progress is answered, then
+the process exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+
+from vitkit.service import ServiceOptions, asgi_app, load_served_model
+from vitkit.service.server import address, bind, server
+
+MIB = 2**20
+
+
+def run(args: argparse.Namespace) -> int:
+    options = ServiceOptions(
+        max_batch=args.max_batch,
+        max_wait_ms=args.max_wait_ms,
+        max_queue=args.max_queue,
+        max_upload_bytes=int(args.max_upload_mb * MIB),
+        max_pixels=args.max_pixels,
+        decode_threads=args.decode_threads,
+        read_timeout_s=args.read_timeout,
+        top=args.top,
+    )
+    stream = logging.StreamHandler(sys.stderr)
+    stream.setFormatter(logging.Formatter("vitkit serve: %(message)s"))
+    logging.getLogger("vitkit.serve").addHandler(stream)
+    logging.getLogger("vitkit.serve").setLevel(logging.INFO)
+    model = load_served_model(args.weights, format=args.format, device=args.device, precision=args.precision)
+    app, service = asgi_app(model, options)
+    sock = bind(args.host, args.port)
+    batching = (
+        f"batches of up to {args.max_batch}, {args.max_wait_ms:g} ms wait"
+        if args.max_batch > 1
+        else "batching off"
+    )
+    print(
+        f"vitkit serve: {model.name} ({model.architecture}, {model.runtime}, {model.version}) on {address(sock)} "
+        f"- {batching}; the page at /, the API at /predict",
+        file=sys.stderr,
+        flush=True,
+    )
+    stopped: list[str] = []
+    # uvicorn raises the signal again once it has shut down; recorded here, it ends the command with exit code 0
+    previous = {
+        s: signal.signal(s, lambda number, frame: stopped.append(signal.Signals(number).name))
+        for s in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        server(app, args.max_connections, args.access_log).run(sockets=[sock])
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if service.batcher.failure is not None:
+        raise RuntimeError(f"the model thread failed: {service.batcher.failure}")
+    snapshot = service.metrics.snapshot(service.batcher.queued)
+    answered = sum(sum(by_status.values()) for by_status in snapshot["requests"].values())
+    why = f"stopped by {stopped[0]}" if stopped else "stopped"
+    print(
+        f"vitkit serve: {why}; {answered} requests answered, {snapshot['images_predicted']} images",
+        file=sys.stderr,
+    )
+    return 0
