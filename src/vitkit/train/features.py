@@ -114,7 +114,9 @@ class FeatureStore:
         keys = sorted(self.rows, key=self.rows.__getitem__)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            save_state_dict({"features": self.features.contiguous()}, self.path, {KEYS_METADATA: json.dumps(keys)})
+            save_state_dict(
+                {"features": self.features.contiguous()}, self.path, {KEYS_METADATA: json.dumps(keys)}
+            )
         except OSError as error:
             print(f"features not cached ({self.path}: {error.strerror or error})", file=sys.stderr)
         self.changed = False
@@ -139,7 +141,9 @@ def split_features(
         config = model.config
         chunks = list(torch.tensor(missing, dtype=torch.int64).split(batch_size))
         batches = eval_batches(source, chunks, to_pair(config.img_size), config.in_chans, precision.device)
-        progress = tqdm(total=len(missing), unit="image", file=sys.stderr, disable=len(missing) <= PROGRESS_MIN)
+        progress = tqdm(
+            total=len(missing), unit="image", file=sys.stderr, disable=len(missing) <= PROGRESS_MIN
+        )
         with progress, eval_mode(model), precision.inference(model) as forward:
             for batch in batches:
                 features = forward(batch.images, pre_logits=True).float().cpu()

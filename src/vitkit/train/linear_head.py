@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -74,9 +74,10 @@ def top_k(scores: np.ndarray, labels: np.ndarray, k: int) -> float:
 
 def set_head(model: Model, a: np.ndarray, b: np.ndarray) -> None:
     """The head computes x @ a + b: the closed-form solution on raw pre-logits features."""
+    head = cast(torch.nn.Linear, model.head)
     with torch.no_grad():
-        model.head.weight.copy_(torch.from_numpy(a.T.astype(np.float32)))
-        model.head.bias.copy_(torch.from_numpy(b.astype(np.float32)))
+        head.weight.copy_(torch.from_numpy(a.T.astype(np.float32)))
+        head.bias.copy_(torch.from_numpy(b.astype(np.float32)))
 
 
 def fit_linear(config: RunConfig, run_dir: Path, command: list[str] | None = None) -> dict[str, Any]:
@@ -97,7 +98,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
         torch.set_num_threads(t.threads)
     data = open_data(config.data, device)
     classes = list(data.train.classes)
-    model = build_run_model(config, classes, None).to(device)
+    model = cast(Model, build_run_model(config, classes, None).to(device))  # a classifier: the model itself
     precision = inference_precision(t.precision, model, t.eval_batch())
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
     print(
@@ -110,7 +111,9 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     start = time.perf_counter()
     splits = {"train": data.train, "test": data.test}
     splits |= {"validation": data.validation} if data.validation is not None else {}
-    features, skipped, known = {}, [], len(store.rows)
+    features: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    skipped: list[str] = []
+    known = len(store.rows)
     for name, source in splits.items():
         x, y, lost = split_features(model, source, store, precision, t.eval_batch(), f"{name} features")
         features[name], skipped = (x, y), skipped + lost

@@ -138,7 +138,9 @@ class TrainSection:
     steps: int = option(700, "optimizer steps (or --epochs E on the command line)")
     epochs: float = option(0.0, "run length in passes over the training images, sets steps (0: train.steps)")
     fit: str = option("gradient", "gradient: optimizer steps; linear: a closed-form head on frozen features")
-    linear_l2: list[float] = option(LINEAR_L2, "fit='linear': ridge strengths tried by 5-fold cross-validation")
+    linear_l2: list[float] = option(
+        LINEAR_L2, "fit='linear': ridge strengths tried by 5-fold cross-validation"
+    )
     batch_size: int = option(128, "images per step, over all processes")
     micro_batch_size: int = option(
         0, "images per forward/backward pass, gradients summed (0: the whole share)"
@@ -270,7 +272,9 @@ class RunConfig:
         """A closed-form head (vitkit.train.linear_head) reads the frozen features of given weights."""
         t = self.train
         if self.model.weights is None:
-            raise ValueError("train.fit='linear' fits a head on the features of pretrained weights: give --weights")
+            raise ValueError(
+                "train.fit='linear' fits a head on the features of pretrained weights: give --weights"
+            )
         if t.objective != "classification":
             raise ValueError(f"train.fit='linear' fits a classifier; train.objective is {t.objective!r}")
         if not t.linear_l2 or any(not (math.isfinite(v) and v > 0) for v in t.linear_l2):

@@ -60,7 +60,9 @@ def train(
     """
     if config.train.fit == "linear":  # a closed-form head: no steps, nothing to resume
         if resume:
-            raise ValueError("train.fit='linear' has no steps to resume: fit again into a new --out (seconds)")
+            raise ValueError(
+                "train.fit='linear' has no steps to resume: fit again into a new --out (seconds)"
+            )
         return fit_linear(config, Path(run_dir), command)
     with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
