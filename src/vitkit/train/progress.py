@@ -17,6 +17,8 @@ from vitkit.train.report import MetricsLog, format_metrics
 from vitkit.train.step import PendingLosses
 from vitkit.train.timing import StepSplit
 
+PLAN_AFTER = (1, 3)  # the steps after which the run says how long it will take
+
 
 class Progress:
     """Shows training progress; `enabled=False` (ranks other than 0) keeps it silent."""
@@ -93,6 +95,7 @@ class RunLog:
         self.losses, self.split = PendingLosses(device), StepSplit(device)
         self.reported = set(skipped)  # each image once; report.json counts how often it was met
         self.window_start, self.window_images, self.images_per_second = time.perf_counter(), 0, 0.0
+        self.start_step, self.planned = start_step, time.perf_counter()
 
     def is_log_step(self, done: int) -> bool:
         return done % self.train.log_every == 0 or done == self.train.steps
@@ -106,6 +109,7 @@ class RunLog:
                 self.reported.add(line)
                 self.write(f"step {done}: skipped unreadable image {line}")
         self.window_images += self.train.batch_size
+        self.plan(done)
         if self.is_log_step(done):
             now = time.perf_counter()
             self.images_per_second = self.window_images / (now - self.window_start)
@@ -114,6 +118,22 @@ class RunLog:
             for logged, value, rate in self.losses.read():
                 self.log({"step": logged, "train_loss": value, "lr": rate})
                 self.progress.update(logged, value, rate, self.images_per_second, self.split.share("data"))
+
+    def plan(self, done: int) -> None:
+        """How long the run will take, said after its first step and again from the two after it (the first
+        also pays for allocation and warm-up): a long run's length is known within a few steps of its start."""
+        ran = done - self.start_step
+        if ran not in PLAN_AFTER or done >= self.train.steps:
+            return
+        now = time.perf_counter()
+        per_step = (now - self.planned) / (ran - (PLAN_AFTER[0] if ran > PLAN_AFTER[0] else 0))
+        each = "" if ran == PLAN_AFTER[0] else " each"
+        measured = f"step {done}" if ran == PLAN_AFTER[0] else f"steps {done - 1}-{done}"
+        self.write(
+            f"plan: {self.train.steps} steps of {self.train.batch_size} images; {measured} took {per_step:.2f} s"
+            f"{each}: about {_duration(per_step * (self.train.steps - done))} to go"
+        )
+        self.planned = now
 
     def evaluations(self, done: int, evaluations: dict[str, float], wall_seconds: float) -> None:
         if evaluations:
