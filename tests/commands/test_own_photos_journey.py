@@ -18,9 +18,10 @@ ROOT = Path(__file__).parents[2]
 
 
 def journey() -> list[list[str]]:
-    """The vitkit command lines of the page's first shell block, continuation lines joined, comments dropped."""
+    """The vitkit command lines of the page's fine-tuning block, continuation lines joined, comments dropped."""
     page = (ROOT / "docs" / "start" / "own-photos.md").read_text()
-    block = page.split("```bash", 1)[1].split("```", 1)[0].replace("\\\n", " ")
+    blocks = [block.split("```", 1)[0] for block in page.split("```bash")[1:]]
+    block = next(block for block in blocks if "photos_finetune.toml" in block).replace("\\\n", " ")
     return [shlex.split(line, comments=True)[1:] for line in block.splitlines() if line.startswith("vitkit ")]
 
 

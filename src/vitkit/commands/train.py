@@ -47,9 +47,15 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
     report = train(config, out, resume=args.resume, command=["vitkit", *args.argv])
     if not report:  # ranks other than 0 under torchrun: rank 0 prints and writes the run directory
         return 0
+    work = (
+        f"{report['train_images']} training images"
+        if report.get("fit") == "linear"
+        else f"{report['steps']} steps"
+    )
+    rate = f" ({report['images_per_second']:.0f} img/s)" if "images_per_second" in report else ""
     print(
-        f"{format_metrics(report)}  on {report['test_data']} ({report['test_images']} images); {report['steps']} "
-        f"steps in {report['wall_seconds']:.0f} s ({report['images_per_second']:.0f} img/s)"
+        f"{format_metrics(report)}  on {report['test_data']} ({report['test_images']} images); {work} in "
+        f"{report['wall_seconds']:.0f} s{rate}"
     )
     print(f"run directory: {out}  (weights: {out}/final, report: {out}/report.json)")
     return 0

@@ -146,6 +146,10 @@ class FolderSource(LazySource):
         # Fixed-width bytes: one numpy buffer, shared by forked workers (no per-path Python objects).
         self.paths = np.array([os.fsencode(p) for p in paths], dtype=np.bytes_)
 
+    def path(self, index: int) -> bytes:
+        """The file of sample `index` (bytes: any file name, UTF-8 or not)."""
+        return self._path(int(self.positions[index]))
+
     def _bytes(self, position: int) -> bytes:
         return read_file(self._path(position), self._name(position))
 

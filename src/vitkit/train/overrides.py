@@ -138,7 +138,7 @@ def apply_mapping(config: RunConfig, values: dict[str, Any]) -> RunConfig:
 
 
 def _coerce(value: Any, hint: Any, key: str) -> Any:
-    """Check and convert a parsed value to a dataclass field type (ints widen to floats, lists to tuples)."""
+    """Check and convert a parsed value to a dataclass field type (ints widen to floats, lists to tuples or lists)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (types.UnionType, typing.Union):
         if value is None or (isinstance(value, str) and value.lower() == "none" and type(None) in args):
@@ -148,6 +148,10 @@ def _coerce(value: Any, hint: Any, key: str) -> Any:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
             raise ValueError(f"{key} must be a list of {len(args)} values, got {value!r}")
         return tuple(_coerce(v, a, key) for v, a in zip(value, args, strict=True))
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{key} must be a list of {args[0].__name__} values, got {value!r}")
+        return [_coerce(v, args[0], key) for v in value]
     if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, hint) and not (hint is int and isinstance(value, bool)):

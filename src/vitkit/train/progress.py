@@ -24,6 +24,7 @@ from vitkit.train.step import PendingLosses
 from vitkit.train.timing import StepSplit
 
 LOG_SECONDS = 10.0  # the longest a run goes without a line (or, on a terminal, a refreshed bar)
+PLAN_AFTER = (1, 3)  # the steps after which the run says how long it will take
 
 
 class Progress:
@@ -135,6 +136,7 @@ class RunLog:
         self.losses, self.split = PendingLosses(device), StepSplit(device)
         self.reported = set(skipped)  # each image once; report.json counts how often it was met
         self.window_start, self.window_images, self.images_per_second = time.perf_counter(), 0, 0.0
+        self.start_step, self.planned = start_step, time.perf_counter()
 
     def is_log_step(self, done: int) -> bool:
         return done % self.train.log_every == 0 or done == self.train.steps
@@ -150,12 +152,29 @@ class RunLog:
         self.window_images += self.train.batch_size
         now = time.perf_counter()
         self.images_per_second = self.window_images / max(now - self.window_start, 1e-9)
+        self.plan(done)
         if self.is_log_step(done):
             self.window_start, self.window_images = now, 0
         if self.is_log_step(done) or done % self.train.checkpoint_every == 0 or not self.losses.deferred:
             for logged, value, rate in self.losses.read():
                 self.log({"step": logged, "train_loss": value, "lr": rate})
                 self.progress.update(logged, value, rate, self.images_per_second, self.split.share("data"))
+
+    def plan(self, done: int) -> None:
+        """How long the run will take, said after its first step and again from the two after it (the first
+        also pays for allocation and warm-up): a long run's length is known within a few steps of its start."""
+        ran = done - self.start_step
+        if ran not in PLAN_AFTER or done >= self.train.steps:
+            return
+        now = time.perf_counter()
+        per_step = (now - self.planned) / (ran - (PLAN_AFTER[0] if ran > PLAN_AFTER[0] else 0))
+        each = "" if ran == PLAN_AFTER[0] else " each"
+        measured = f"step {done}" if ran == PLAN_AFTER[0] else f"steps {done - 1}-{done}"
+        self.write(
+            f"plan: {self.train.steps} steps of {self.train.batch_size} images; {measured} took {per_step:.2f} s"
+            f"{each}: about {_duration(per_step * (self.train.steps - done))} to go"
+        )
+        self.planned = now
 
     def evaluations(self, done: int, evaluations: dict[str, float], wall_seconds: float) -> None:
         if evaluations:

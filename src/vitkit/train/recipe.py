@@ -31,6 +31,8 @@ SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 CUDA_GRAPH = ("auto", "on", "off")  # vitkit.train.graph
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.train.distributed
+FITS = ("gradient", "linear")  # linear: vitkit.train.linear_head
+LINEAR_L2 = [2.0**k for k in range(-2, 21, 2)]  # ridge strengths on standardised features, 0.25 .. 2^20
 RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
 # Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
 # stopped by an unreadable image (data.on_corrupt='stop') saw none before it, so it continues with 'skip' exactly
@@ -136,6 +138,11 @@ class TrainSection:
     """
 
     steps: int = option(700, "optimizer steps (or --epochs E on the command line)")
+    epochs: float = option(0.0, "run length in passes over the training images, sets steps (0: train.steps)")
+    fit: str = option("gradient", "gradient: optimizer steps; linear: a closed-form head on frozen features")
+    linear_l2: list[float] = option(
+        LINEAR_L2, "fit='linear': ridge strengths tried by 5-fold cross-validation"
+    )
     batch_size: int = option(128, "images per step, over all processes")
     micro_batch_size: int = option(
         0, "images per forward/backward pass, gradients summed (0: the whole share)"
@@ -221,6 +228,7 @@ class RunConfig:
         check_choice("train.precision", self.train.precision, PRECISIONS)
         check_choice("train.strategy", self.train.strategy, STRATEGIES)
         check_choice("train.cuda_graph", self.train.cuda_graph, CUDA_GRAPH)
+        check_choice("train.fit", self.train.fit, FITS)
         check_choice("data.on_corrupt", self.data.on_corrupt, ("stop", "skip"))
         check_choice("data.crop", self.data.crop, CROPS)
         self._validate_ranges()
@@ -260,7 +268,21 @@ class RunConfig:
             raise ValueError(f"data.val_split must be >= 0 (0 holds nothing out), got {self.data.val_split}")
         if t.objective == "mpp":
             self._validate_mpp(architecture)
+        if t.fit == "linear":
+            self._validate_linear()
         return self
+
+    def _validate_linear(self) -> None:
+        """A closed-form head (vitkit.train.linear_head) reads the frozen features of given weights."""
+        t = self.train
+        if self.model.weights is None:
+            raise ValueError(
+                "train.fit='linear' fits a head on the features of pretrained weights: give --weights"
+            )
+        if t.objective != "classification":
+            raise ValueError(f"train.fit='linear' fits a classifier; train.objective is {t.objective!r}")
+        if not t.linear_l2 or any(not (math.isfinite(v) and v > 0) for v in t.linear_l2):
+            raise ValueError(f"train.linear_l2 must be positive numbers, got {t.linear_l2}")
 
     def _validate_ranges(self) -> None:
         """Every number within its meaningful range: a degenerate value fails here, not silently in training."""
@@ -278,6 +300,7 @@ class RunConfig:
         if t.steps > MAX_STEPS:
             raise ValueError(f"train.steps must be <= 2**53 = {MAX_STEPS:,}, got {t.steps}")
         _check_range("optim.lr", o.lr, 0.0, math.inf, low_open=True)
+        _check_range("train.epochs", t.epochs, 0.0, math.inf)
         _check_range("optim.weight_decay", o.weight_decay, 0.0, math.inf)
         _check_range("optim.momentum", o.momentum, 0.0, 1.0, high_open=True)
         for i, beta in enumerate(o.betas):

@@ -43,10 +43,15 @@ def resolve(
     for key, value in settings:
         set_value(config, key, value)
     explicit = {key for key, _ in settings}
-    if epochs is not None:
+    if epochs is not None or "train.epochs" in explicit:
         if "train.steps" in explicit:
             raise ValueError("give the run length once: in epochs or in steps (train.steps)")
+    if "train.steps" in explicit:
+        config.train.epochs = 0.0  # a length in steps given replaces the recipe's in epochs
+    epochs = epochs if epochs is not None else config.train.epochs or None
+    if epochs is not None:
         config.train.steps = steps_for_epochs(config, epochs)
+        config.train.epochs = 0.0  # said once and settled: the saved recipe (and a resume) counts steps
         say(f"{epochs:g} epochs: {config.train.steps} steps of {config.train.batch_size} images")
     if epochs is not None or "train.steps" in explicit:
         changes = fit_to_steps(config, recipe_steps, explicit)

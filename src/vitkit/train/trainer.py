@@ -37,6 +37,7 @@ from vitkit.train.distributed import (
     restarted_by_torchrun,
     shard_model,
 )
+from vitkit.train.linear_head import fit_linear
 from vitkit.train.objectives import objective_for
 from vitkit.train.progress import RunLog
 from vitkit.train.provenance import record_start, start_record
@@ -63,6 +64,12 @@ def train(
     rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
+    if config.train.fit == "linear":  # a closed-form head: no steps, nothing to resume
+        if resume:
+            raise ValueError(
+                "train.fit='linear' has no steps to resume: fit again into a new --out (seconds)"
+            )
+        return fit_linear(config, Path(run_dir), command)
     with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 when the run directory opens, released however it ends
