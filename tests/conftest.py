@@ -7,10 +7,9 @@ import pytest
 import torch
 
 import vitkit
+from tiny_models import TINY_VIT
 from vitkit.cache import CACHE_ENV
 from vitkit.models.registry import Model
-
-TINY_VIT = dict(img_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=32, num_classes=3)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -62,14 +62,14 @@ def check(command: list[str], moments: list[float], tmp_path: Path) -> None:
 
 
 def test_ctrl_c_while_importing_torch_is_one_line(tmp_path: Path) -> None:
-    check(["train", "--help"], [0.0], tmp_path)
+    check(["models"], [0.0], tmp_path)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
-    [["train", "--help"], ["models"], ["train", "--out", "run", "--steps", "50", *TINY]],
-    ids=["train-help", "models", "train"],
+    [["models"], ["train", "--out", "run", "--steps", "50", *TINY]],
+    ids=["models", "train"],
 )
 def test_ctrl_c_at_every_early_moment_is_one_line(command: list[str], tmp_path: Path) -> None:
     check(command, [0.0, 0.1, 0.3, 0.6, 1.0, 1.5, 2.5, 4.0], tmp_path)
