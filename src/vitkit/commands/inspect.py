@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("no readable image among --images " + " ".join(args.images))
     images = preprocess(decoded, to_pair(cfg.img_size), cfg.in_chans)
 
-    precision = inference_precision(args.precision, model, args.batch_size or 16)
+    precision = inference_precision(args.precision, model, args.batch_size or 16, images=len(decoded))
     print(f"device {precision.device}, precision {precision}")
     with precision.autocast():  # not precision.inference: inspect reads the patch-embedding weights
         result = inspect_model(
