@@ -30,6 +30,9 @@ from vitkit.service.served_model import ServedModel
 from vitkit.service.server import address, bind, server
 
 CLASSES = ["cat", "dog", "bird"]
+TINY_VIT = dict(
+    img_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=32, num_classes=len(CLASSES)
+)
 DEADLINE = 30.0  # seconds any server start or stop may take before the test fails
 
 

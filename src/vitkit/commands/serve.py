@@ -28,10 +28,12 @@ def run(args: argparse.Namespace) -> int:
         read_timeout_s=args.read_timeout,
         top=args.top,
     )
-    stream = logging.StreamHandler(sys.stderr)
-    stream.setFormatter(logging.Formatter("vitkit serve: %(message)s"))
-    logging.getLogger("vitkit.serve").addHandler(stream)
-    logging.getLogger("vitkit.serve").setLevel(logging.INFO)
+    logger = logging.getLogger("vitkit.serve")  # the model thread's lines: ready, or why it failed
+    if not logger.handlers:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(logging.Formatter("vitkit serve: %(message)s"))
+        logger.addHandler(stream)
+        logger.setLevel(logging.INFO)
     model = load_served_model(args.weights, format=args.format, device=args.device, precision=args.precision)
     app, service = asgi_app(model, options)
     sock = bind(args.host, args.port)
