@@ -9,6 +9,7 @@ import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +214,33 @@ def test_leftovers_of_a_killed_convert_are_removed_by_the_next(weights, tmp_path
         cli.main(["convert", str(weights), str(tmp_path / "m.onnx"), "--to", "onnx"]) == 2
     )  # cleaned at the check
     assert not any(p.exists() for p in leftovers[:2]) and all(p.exists() for p in kept)
+
+
+@pytest.mark.slow
+def test_sigterm_to_a_real_convert_mid_export_leaves_nothing(weights, tmp_path):
+    """`kill -TERM` while the ONNX export is staged: the process ends and its staging directory goes with it."""
+    pytest.importorskip("onnxscript")
+    command = [
+        sys.executable,
+        "-m",
+        "vitkit.cli",
+        "convert",
+        str(weights),
+        str(tmp_path / "m.onnx"),
+        "--to",
+        "onnx",
+    ]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        staging = f".m.onnx.{process.pid}."
+        for _ in range(1200):  # the export begins after the imports and the load
+            if any(p.name.startswith(staging) for p in tmp_path.iterdir()) or process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert process.poll() is None, "the export ended before it could be stopped"
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode != 0 and "interrupted" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["weights"]
