@@ -43,7 +43,7 @@ def weights(tmp_path_factory) -> Path:
 
 def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
     argv = ["finetune", "--weights", str(weights), "--config", RECIPE, f"data.source=folder:{photos}"]
-    assert cli.main([*argv, "model.img_size=32", "--out", str(out), *extra]) == 0
+    assert cli.main([*argv, "model.img_size=32", "train.precision=fp32", "--out", str(out), *extra]) == 0
     return json.loads((out / "report.json").read_text())
 
 
@@ -119,7 +119,8 @@ def test_linear_needs_weights_and_does_not_resume(weights, photos, tmp_path, cap
     assert "give --weights" in capsys.readouterr().err
     fit(weights, photos, tmp_path / "run")
     argv = ["finetune", "--weights", str(weights), "--config", RECIPE, f"data.source=folder:{photos}"]
-    assert cli.main([*argv, "model.img_size=32", "--out", str(tmp_path / "run"), "--resume"]) == 2
+    resume = [*argv, "model.img_size=32", "train.precision=fp32", "--out", str(tmp_path / "run"), "--resume"]
+    assert cli.main(resume) == 2
     assert "no steps to resume" in capsys.readouterr().err
 
 
