@@ -20,6 +20,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from vitkit.data.subset import check_indexable
 from vitkit.device import resolve_device
 from vitkit.evaluate.confusion import plot_confusion
 from vitkit.evaluate.fewshot import lsr_accuracy, precompute
@@ -96,6 +97,8 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     if t.threads:
         torch.set_num_threads(t.threads)
     data = open_data(config.data, device)
+    for source in (data.train, data.test):  # images keyed by index, labels read by index
+        check_indexable(source, "train.fit='linear'")
     classes = list(data.train.classes)
     model = cast(Model, build_run_model(config, classes, None).to(device))  # a classifier: the model itself
     precision = inference_precision(t.precision, model, t.eval_batch())
