@@ -110,8 +110,10 @@ def test_transfer_fine_tunes_both_sources_and_tabulates_reports_and_few_shot(tmp
         assert rows[label][1] == percent([top1])
         if arm != "scratch":
             assert rows[label][2] == percent([top1 - scratch]).replace("%", " points")
+            linear = report(tmp_path / f"{arm}_linear_s0")
+            assert linear["fit"] == "linear" and rows[label][3] == percent([linear["test_top1"]])
         shots = json.loads((tmp_path / f"fewshot_{arm}.json").read_text())["shots"]
-        assert rows[label][3:] == [percent(shots[str(k)]["runs"]) for k in transfer.SHOTS]
+        assert rows[label][6:] == [percent(shots[str(k)]["runs"]) for k in transfer.SHOTS]
 
 
 def test_steps_are_sized_from_the_probes_step_time_and_periodic_evaluation(monkeypatch):

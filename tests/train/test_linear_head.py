@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import vitkit
-from image_collections import write_folder
+from image_collections import write_folder, write_packed
 from vitkit import cli
 from vitkit.data import FolderSource
 from vitkit.evaluate.fewshot import extract_features, precompute
@@ -42,8 +42,9 @@ def weights(tmp_path_factory) -> Path:
 
 
 def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
+    """`vitkit finetune` with photos_linear.toml on the folder at 32 px, in fp32."""
     argv = ["finetune", "--weights", str(weights), "--config", RECIPE, f"data.source=folder:{photos}"]
-    assert cli.main([*argv, "model.img_size=32", "--out", str(out), *extra]) == 0
+    assert cli.main([*argv, "model.img_size=32", "train.precision=fp32", "--out", str(out), *extra]) == 0
     return json.loads((out / "report.json").read_text())
 
 
@@ -119,7 +120,8 @@ def test_linear_needs_weights_and_does_not_resume(weights, photos, tmp_path, cap
     assert "give --weights" in capsys.readouterr().err
     fit(weights, photos, tmp_path / "run")
     argv = ["finetune", "--weights", str(weights), "--config", RECIPE, f"data.source=folder:{photos}"]
-    assert cli.main([*argv, "model.img_size=32", "--out", str(tmp_path / "run"), "--resume"]) == 2
+    resume = [*argv, "model.img_size=32", "train.precision=fp32", "--out", str(tmp_path / "run"), "--resume"]
+    assert cli.main(resume) == 2
     assert "no steps to resume" in capsys.readouterr().err
 
 
@@ -144,3 +146,11 @@ def test_linear_l2_takes_a_list_of_numbers():
     assert resolved.train.linear_l2 == [1.0, 2.5]
     with pytest.raises(ValueError, match="train.linear_l2"):
         resolve(load_config(ROOT / "configs" / "photos_linear.toml"), [("train.linear_l2", "x")], say=None)
+
+
+def test_a_stream_of_shards_is_refused_in_one_line(weights, photos, tmp_path, capsys):
+    shards = write_packed(photos, tmp_path / "shards", "wds", shard_images=30)
+    argv = ["finetune", "--weights", str(weights), "--config", RECIPE, f"data.source=wds:{shards}"]
+    assert cli.main([*argv, "--out", str(tmp_path / "run")]) == 2
+    assert "train.fit='linear' needs an indexable data.source" in capsys.readouterr().err
+    assert not (tmp_path / "run" / "config.toml").exists()

@@ -7,6 +7,7 @@ unchanged, and a mistyped section or field is an error that names the nearest va
 
     report = vitkit.train(data={"source": "folder:photos"}, model={"name": "ViT-S/16"}, train={"steps": 300})
     report = vitkit.finetune("ViT-B_16.npz", "configs/photos_finetune.toml", data={"source": "folder:photos"})
+    report = vitkit.finetune("ViT-B_16.npz", "configs/photos_linear.toml", data={"source": "folder:photos"})
 
 `model="ViT-S/16"` is short for `model={"name": "ViT-S/16"}`.
 """
@@ -54,7 +55,8 @@ def finetune(
 ) -> dict[str, Any]:
     """Fine-tune `weights` (anything vitkit.load_weights reads) with the paper's recipe (§3.2, B.1.1) or `recipe`
     under `sections`, as `vitkit finetune --weights` does: a zero-initialised head, position embeddings resampled
-    to a new `model.img_size`. Returns report.json."""
+    to a new `model.img_size`; with train.fit='linear' (configs/photos_linear.toml) a closed-form head on the
+    frozen features instead (vitkit.train.linear_head). Returns report.json."""
     fixed = {"model.weights": str(weights)}
     return _run(finetune_defaults(), "finetune", recipe, out, resume, epochs, quiet, sections, fixed)
 

@@ -85,13 +85,15 @@ class FeatureStore:
         self.path = path
         self.rows: dict[str, int] = {}
         self.features = torch.zeros(0, 0)
+        self.pending: list[torch.Tensor] = []
         self.changed = False
         try:
             with safe_open(str(path), framework="pt") as file:
                 keys = json.loads(file.metadata()[KEYS_METADATA])
                 self.features = file.get_tensor("features")
-            if len(keys) == len(self.features):
-                self.rows = {key: row for row, key in enumerate(keys)}
+            if len(keys) != len(self.features):
+                raise ValueError(f"{path}: {len(keys)} keys for {len(self.features)} rows")
+            self.rows = {key: row for row, key in enumerate(keys)}
         except (OSError, SafetensorError, ValueError, KeyError, TypeError):
             self.rows, self.features = {}, torch.zeros(0, 0)  # absent or unreadable: computed again
 
@@ -99,18 +101,27 @@ class FeatureStore:
         return key in self.rows
 
     def get(self, keys: list[str]) -> torch.Tensor:
+        self._settle()
         return self.features[[self.rows[key] for key in keys]]
 
     def add(self, keys: list[str], features: torch.Tensor) -> None:
+        """Rows for `keys`, joined to the store once, when read or saved (not a copy of it a batch)."""
         start = len(self.rows)
-        self.features = torch.cat([self.features.reshape(-1, features.shape[1]), features.float()])
+        self.pending.append(features.float())
         self.rows.update({key: start + i for i, key in enumerate(keys)})
         self.changed = True
+
+    def _settle(self) -> None:
+        if self.pending:
+            width = self.pending[0].shape[1]
+            self.features = torch.cat([self.features.reshape(-1, width), *self.pending])
+            self.pending = []
 
     def save(self) -> None:
         """Write the store atomically when it grew; a cache that cannot be written only costs the work again."""
         if not self.changed:
             return
+        self._settle()
         keys = sorted(self.rows, key=self.rows.__getitem__)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ from typing import Any, cast
 import numpy as np
 import torch
 
+from vitkit.data.subset import check_indexable
 from vitkit.device import resolve_device
 from vitkit.evaluate.confusion import plot_confusion
 from vitkit.evaluate.fewshot import lsr_accuracy, precompute
@@ -91,12 +92,13 @@ def fit_linear(config: RunConfig, run_dir: Path, command: list[str] | None = Non
 
 def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
     t = config.train
-    clock = time.perf_counter()
     open_run_dir(run_dir, lock, resume=False)  # a new run, never over another
     device = resolve_device(t.device)
     if t.threads:
         torch.set_num_threads(t.threads)
     data = open_data(config.data, device)
+    for source in (data.train, data.test):  # images keyed by index, labels read by index
+        check_indexable(source, "train.fit='linear'")
     classes = list(data.train.classes)
     model = cast(Model, build_run_model(config, classes, None).to(device))  # a classifier: the model itself
     precision = inference_precision(t.precision, model, t.eval_batch())
@@ -107,6 +109,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
         f"precision {precision}; run directory {run_dir}",
         flush=True,
     )
+    clock = time.perf_counter()  # as the engine's: from the data and model built to the last evaluation
     store = FeatureStore(store_path(model, precision))
     start = time.perf_counter()
     splits = {"train": data.train, "test": data.test}
@@ -148,6 +151,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
             pairs = torch.from_numpy(ys * len(classes) + scores.argmax(1))
             confusion = torch.bincount(pairs, minlength=len(classes) ** 2).view(len(classes), len(classes))
 
+    wall_seconds = time.perf_counter() - clock
     create_run_dir(run_dir, config, lock)
     record = start_record(device, command)
     record_start(run_dir, record)
@@ -164,7 +168,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
         "features_computed": len(store.rows) - known,
         "feature_seconds": feature_seconds,
         "solve_seconds": solve_seconds,
-        "wall_seconds": time.perf_counter() - clock,
+        "wall_seconds": wall_seconds,
         **precision.record(),
         "skipped_images": count_skipped(skipped),
         "objective": t.objective,
