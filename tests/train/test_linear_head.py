@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -154,3 +157,56 @@ def test_a_stream_of_shards_is_refused_in_one_line(weights, photos, tmp_path, ca
     assert cli.main([*argv, "--out", str(tmp_path / "run")]) == 2
     assert "train.fit='linear' needs an indexable data.source" in capsys.readouterr().err
     assert not (tmp_path / "run" / "config.toml").exists()
+
+
+SLOW_FORWARD = """
+import sys, time
+from vitkit import cli
+from vitkit.models.vit import VisionTransformer
+
+forward = VisionTransformer.forward
+
+def slow_forward(self, *args, **kwargs):  # every batch takes 2.5 s: a ViT-B/16 on a small CPU
+    time.sleep(2.5)
+    return forward(self, *args, **kwargs)
+
+VisionTransformer.forward = slow_forward
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_the_fast_path_prints_as_every_batch_of_features_is_computed(weights, photos, tmp_path):
+    """No stretch of the fast path's output goes long without a line: the features' progress moves with every
+    batch (timestamped as the output arrives; tqdm's carriage returns end lines too)."""
+    argv = [
+        "finetune",
+        "--weights",
+        str(weights),
+        "--config",
+        "photos_linear",
+        f"data.source=folder:{photos}",
+    ]
+    argv += [
+        "model.img_size=32",
+        "train.precision=fp32",
+        "train.batch_size=8",
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-c", SLOW_FORWARD, *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(vitkit.__file__).parents[1]), "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    stamped = [(time.perf_counter() - start, line.rstrip()) for line in process.stdout]
+    assert process.wait(timeout=300) == 0, stamped
+    first = next(t for t, line in stamped if line.startswith("linear head on frozen features"))
+    times = [first] + [t for t, _ in stamped if t >= first]
+    assert len(times) > 11, stamped  # 60 + 20 images in batches of 8: a line for each of 10 batches at least
+    assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 2.5 + 6, stamped  # a loaded CPU
