@@ -5,7 +5,8 @@ Within `interruptible()`, SIGINT raises KeyboardInterrupt and SIGTERM raises Ter
 also recorded: an exception raised where Python ignores exceptions (a fork hook, a `__del__`) would otherwise be
 lost, so the training loop asks `raise_if_stopped()` at every step. An error that ends the block once a signal
 came (a DataLoader worker that the same signal, sent to the whole process group, ended first) is raised as the
-interruption, so the run ends as interrupted whichever process the signal reached first. Inside `deferred()`
+interruption, so the run ends as interrupted whichever process the signal reached first; once stopping, torch's
+SIGCHLD check of its workers (which raises wherever the main thread is) is off. Inside `deferred()`
 (starting DataLoader workers, whose half-built iterator would print a stray traceback if interrupted) a signal is
 only recorded and raised when the block ends. A run stopped this way unwinds through the engine's `finally`: the
 data workers stop first, then what is written is flushed and closed; a closing step that does not return in time
@@ -34,7 +35,9 @@ class Terminated(KeyboardInterrupt):
 class _State:
     received: int | None = None  # the first signal of the block, once received
     deferring = 0  # depth of deferred() blocks
-    previous: dict[int, Any] = {}  # the handlers interruptible() replaced, while it is active
+    previous: dict[
+        int, Any
+    ] = {}  # the handlers interruptible() replaced (SIGCHLD once stopping), while active
 
 
 def _restore_in_child() -> None:
@@ -55,6 +58,10 @@ def _interruption(signum: int) -> KeyboardInterrupt:
 def _handle(signum: int, frame: object) -> None:
     if _State.received is None:
         _State.received = signum
+        # torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main
+        # thread is (a generator's finalizer too, which prints the error as a traceback). Stopping, a worker's end
+        # is expected (the same signal may have reached it): that check is off until the block ends.
+        _State.previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, signal.SIG_DFL))
     if not _State.deferring:
         raise _interruption(signum)
 

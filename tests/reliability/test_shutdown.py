@@ -53,6 +53,29 @@ def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
         raise RuntimeError("a failure")
 
 
+def test_once_stopping_a_childs_end_raises_nothing() -> None:
+    """torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main thread
+    is; once a stop is under way that is expected, and must not replace the stop (nor print from a finalizer)."""
+
+    def worker_failed(signum: int, frame: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+
+    outer = signal.signal(signal.SIGCHLD, worker_failed)
+    try:
+        with pytest.raises(Terminated) as stopped, interruptible():
+            with deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                child = os.fork()
+                if child == 0:
+                    os._exit(0)
+                os.waitpid(child, 0)
+                time.sleep(0.2)  # its SIGCHLD handled by now
+        assert stopped.value.__cause__ is None  # the stop itself, not the worker's error
+        assert signal.getsignal(signal.SIGCHLD) is worker_failed
+    finally:
+        signal.signal(signal.SIGCHLD, outer)
+
+
 @pytest.mark.parametrize("workers", [0, 1])
 def test_a_data_loader_worker_ends_quietly_on_sigterm(workers) -> None:
     """It raises KeyboardInterrupt, on which torch's worker loop ends without a word (not killed by the signal,

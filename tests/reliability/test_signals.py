@@ -43,9 +43,9 @@ def start(out: Path, folder: Path, steps: int, *extra: str, checkpoint_every: in
     command = [sys.executable, "-m", "vitkit.cli", "train", "--out", str(out), "--steps", str(steps),
                "--checkpoint-every", str(checkpoint_every), *recipe, *extra]  # fmt: skip
     log = open(out.parent / f"{out.name}.log", "ab")  # noqa: SIM115  (closed with the process)
-    return subprocess.Popen(
-        command, stdout=log, stderr=log, start_new_session=True, env=os.environ | {"VITKIT_EMBEDDED": "1"}
-    )
+    # Unbuffered, as on a terminal: the log's lines in the order they were written, the last one last.
+    env = os.environ | {"VITKIT_EMBEDDED": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=env)
 
 
 def wait_for(condition, process: subprocess.Popen, what: str) -> None:
