@@ -55,13 +55,18 @@ def _interruption(signum: int) -> KeyboardInterrupt:
     return Terminated(f"signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _child_ended(signum: int, frame: object) -> None:
+    """A child process ended while stopping: expected."""
+
+
 def _handle(signum: int, frame: object) -> None:
     if _State.received is None:
         _State.received = signum
         # torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main
         # thread is (a generator's finalizer too, which prints the error as a traceback). Stopping, a worker's end
-        # is expected (the same signal may have reached it): that check is off until the block ends.
-        _State.previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, signal.SIG_DFL))
+        # is expected (the same signal may have reached it): that check is off until the block ends. (A Python
+        # function, not SIG_DFL: a SIGCHLD already pending would then be an OSError, "ignored due to race".)
+        _State.previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, _child_ended))
     if not _State.deferring:
         raise _interruption(signum)
 

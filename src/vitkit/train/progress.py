@@ -59,7 +59,7 @@ class Progress:
         if self.bar is not None:
             self.bar.write(message)
         else:
-            print(message, flush=True)
+            print(f"{message}\n", end="", flush=True)  # one write: an interruption never splits the line
 
     def close(self) -> None:
         if self.bar is not None:
