@@ -59,6 +59,17 @@ def _child_ended(signum: int, frame: object) -> None:
     """A child process ended while stopping: expected."""
 
 
+def _swallowed(hook: Callable[[Any], object]) -> Callable[[Any], object]:
+    """`hook`, except for an interruption raised where Python ignores exceptions (a `__del__`): recorded, it is
+    raised again at the next step, so its "Exception ignored" traceback would only be noise."""
+
+    def report(unraisable: Any) -> None:
+        if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _State.received is not None):
+            hook(unraisable)
+
+    return report
+
+
 def _handle(signum: int, frame: object) -> None:
     if _State.received is None:
         _State.received = signum
@@ -80,6 +91,7 @@ def interruptible() -> Iterator[None]:
         return
     _State.previous = {number: signal.signal(number, _handle) for number in SIGNALS}
     _State.received = None
+    unraisable, sys.unraisablehook = sys.unraisablehook, _swallowed(sys.unraisablehook)
     try:
         yield
     except Exception as error:
@@ -88,6 +100,7 @@ def interruptible() -> Iterator[None]:
         # Met while stopping: a DataLoader worker ended by the same signal, sent to the whole process group.
         raise _interruption(_State.received) from error
     finally:
+        sys.unraisablehook = unraisable
         for number, handler in _State.previous.items():
             signal.signal(number, handler)
         _State.previous, _State.received = {}, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -39,6 +40,23 @@ def test_a_block_within_another_leaves_the_outer_one_working() -> None:
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # interrupted long before
     assert {number: signal.getsignal(number) for number in before} == before
+
+
+def test_an_interruption_python_ignores_prints_nothing_and_is_raised_later(monkeypatch) -> None:
+    """Raised in a `__del__`, Python would print it as "Exception ignored" (sys.unraisablehook); it is raised
+    at the next step instead."""
+
+    class Signalled:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted long before: by Terminated, which Python ignores here
+
+    reported: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with pytest.raises(Terminated), interruptible():
+        Signalled()  # collected at once
+        raise_if_stopped()
+    assert reported == [] and sys.unraisablehook == reported.append
 
 
 def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
