@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C and SIGTERM interrupt from the first moment: importing a command (torch) takes seconds.
         with shutdown.interruptible():
             args = parse(build_parser(command), words)  # argparse reports a bad command line with exit code 2
-            shutdown.raise_if_stopped()  # a Ctrl-C that an import swallowed (a library's bare `except:`)
+            shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt an import swallowed
             args.argv = words  # to start the same command in more processes
             debug = debug or args.debug
             return int(args.run(args) or 0)

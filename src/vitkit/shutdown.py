@@ -5,7 +5,8 @@ Within `interruptible()`, SIGINT raises KeyboardInterrupt and SIGTERM raises Ter
 also recorded: an exception raised where Python ignores exceptions (a fork hook, a `__del__`) would otherwise be
 lost, so the training loop asks `raise_if_stopped()` at every step. An error that ends the block once a signal
 came (a DataLoader worker that the same signal, sent to the whole process group, ended first) is raised as the
-interruption, so the run ends as interrupted whichever process the signal reached first. Inside `deferred()`
+interruption, so the run ends as interrupted whichever process the signal reached first; once stopping, torch's
+SIGCHLD check of its workers (which raises wherever the main thread is) is off. Inside `deferred()`
 (starting DataLoader workers, whose half-built iterator would print a stray traceback if interrupted) a signal is
 only recorded and raised when the block ends. A run stopped this way unwinds through the engine's `finally`: the
 data workers stop first, then what is written is flushed and closed; a closing step that does not return in time
@@ -34,7 +35,9 @@ class Terminated(KeyboardInterrupt):
 class _State:
     received: int | None = None  # the first signal of the block, once received
     deferring = 0  # depth of deferred() blocks
-    previous: dict[int, Any] = {}  # the handlers interruptible() replaced, while it is active
+    previous: dict[
+        int, Any
+    ] = {}  # the handlers interruptible() replaced (SIGCHLD once stopping), while active
 
 
 def _restore_in_child() -> None:
@@ -52,9 +55,29 @@ def _interruption(signum: int) -> KeyboardInterrupt:
     return Terminated(f"signal {signum}") if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def _child_ended(signum: int, frame: object) -> None:
+    """A child process ended while stopping: expected."""
+
+
+def _swallowed(hook: Callable[[Any], object]) -> Callable[[Any], object]:
+    """`hook`, except for an interruption raised where Python ignores exceptions (a `__del__`): recorded, it is
+    raised again at the next step, so its "Exception ignored" traceback would only be noise."""
+
+    def report(unraisable: Any) -> None:
+        if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _State.received is not None):
+            hook(unraisable)
+
+    return report
+
+
 def _handle(signum: int, frame: object) -> None:
     if _State.received is None:
         _State.received = signum
+        # torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main
+        # thread is (a generator's finalizer too, which prints the error as a traceback). Stopping, a worker's end
+        # is expected (the same signal may have reached it): that check is off until the block ends. (A Python
+        # function, not SIG_DFL: a SIGCHLD already pending would then be an OSError, "ignored due to race".)
+        _State.previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, _child_ended))
     if not _State.deferring:
         raise _interruption(signum)
 
@@ -68,6 +91,7 @@ def interruptible() -> Iterator[None]:
         return
     _State.previous = {number: signal.signal(number, _handle) for number in SIGNALS}
     _State.received = None
+    unraisable, sys.unraisablehook = sys.unraisablehook, _swallowed(sys.unraisablehook)
     try:
         yield
     except Exception as error:
@@ -76,6 +100,7 @@ def interruptible() -> Iterator[None]:
         # Met while stopping: a DataLoader worker ended by the same signal, sent to the whole process group.
         raise _interruption(_State.received) from error
     finally:
+        sys.unraisablehook = unraisable
         for number, handler in _State.previous.items():
             signal.signal(number, handler)
         _State.previous, _State.received = {}, None

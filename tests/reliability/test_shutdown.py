@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -41,6 +42,23 @@ def test_a_block_within_another_leaves_the_outer_one_working() -> None:
     assert {number: signal.getsignal(number) for number in before} == before
 
 
+def test_an_interruption_python_ignores_prints_nothing_and_is_raised_later(monkeypatch) -> None:
+    """Raised in a `__del__`, Python would print it as "Exception ignored" (sys.unraisablehook); it is raised
+    at the next step instead."""
+
+    class Signalled:
+        def __del__(self) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # interrupted long before: by Terminated, which Python ignores here
+
+    reported: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with pytest.raises(Terminated), interruptible():
+        Signalled()  # collected at once
+        raise_if_stopped()
+    assert reported == [] and sys.unraisablehook == reported.append
+
+
 def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
     """A DataLoader worker ended by the same SIGTERM (sent to the process group) fails the step the main process
     was in: the run still ends as interrupted, the worker's error kept as the cause."""
@@ -53,23 +71,45 @@ def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
         raise RuntimeError("a failure")
 
 
+def test_once_stopping_a_childs_end_raises_nothing() -> None:
+    """torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main thread
+    is; once a stop is under way that is expected, and must not replace the stop (nor print from a finalizer)."""
+
+    def worker_failed(signum: int, frame: object) -> None:
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+
+    outer = signal.signal(signal.SIGCHLD, worker_failed)
+    try:
+        with pytest.raises(Terminated) as stopped, interruptible():
+            with deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                child = os.fork()
+                if child == 0:
+                    os._exit(0)
+                os.waitpid(child, 0)
+                time.sleep(0.2)  # its SIGCHLD handled by now
+        assert stopped.value.__cause__ is None  # the stop itself, not the worker's error
+        assert signal.getsignal(signal.SIGCHLD) is worker_failed
+    finally:
+        signal.signal(signal.SIGCHLD, outer)
+
+
 @pytest.mark.parametrize("workers", [0, 1])
-def test_a_data_loader_worker_ends_quietly_on_sigterm(workers) -> None:
-    """It raises KeyboardInterrupt, on which torch's worker loop ends without a word (not killed by the signal,
-    which the main process would report as an error)."""
+def test_a_data_loader_worker_ends_at_once_on_ctrl_c_and_sigterm(workers) -> None:
+    """Their default action: no KeyboardInterrupt that could print a traceback as the worker exits; the main
+    process, reached by the same signal, stops the run."""
+    batches = loader(SignalsEndIt(), ReadOptions(workers=workers), pin_memory=False)
+    assert list(batches) == [workers > 0]  # the main process keeps its own handlers
 
-    batches = loader(SigtermHandling(), ReadOptions(workers=workers), pin_memory=False)
-    assert list(batches) == [workers > 0]  # the main process keeps its own handler
 
-
-class SigtermHandling(Dataset):
-    """One item: whether the process reading it raises KeyboardInterrupt on SIGTERM."""
+class SignalsEndIt(Dataset):
+    """One item: whether SIGINT and SIGTERM take their default action in the process reading it."""
 
     def __len__(self) -> int:
         return 1
 
     def __getitem__(self, index: int) -> bool:
-        return signal.getsignal(signal.SIGTERM) is signal.default_int_handler
+        return all(signal.getsignal(number) == signal.SIG_DFL for number in (signal.SIGINT, signal.SIGTERM))
 
 
 def test_an_interruption_is_held_off_until_the_deferred_block_ends() -> None:

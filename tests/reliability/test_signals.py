@@ -43,9 +43,9 @@ def start(out: Path, folder: Path, steps: int, *extra: str, checkpoint_every: in
     command = [sys.executable, "-m", "vitkit.cli", "train", "--out", str(out), "--steps", str(steps),
                "--checkpoint-every", str(checkpoint_every), *recipe, *extra]  # fmt: skip
     log = open(out.parent / f"{out.name}.log", "ab")  # noqa: SIM115  (closed with the process)
-    return subprocess.Popen(
-        command, stdout=log, stderr=log, start_new_session=True, env=os.environ | {"VITKIT_EMBEDDED": "1"}
-    )
+    # Unbuffered, as on a terminal: the log's lines in the order they were written, the last one last.
+    env = os.environ | {"VITKIT_EMBEDDED": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(command, stdout=log, stderr=log, start_new_session=True, env=env)
 
 
 def wait_for(condition, process: subprocess.Popen, what: str) -> None:
@@ -77,7 +77,12 @@ def interrupt_at(
                 stopped = time.monotonic() - sent
             time.sleep(0.02)
         exited = time.monotonic() - sent
-        return exited if stopped is None else stopped, exited, process.poll(), wrong_ending(log, process)
+        return (
+            exited if stopped is None else stopped,
+            exited,
+            process.poll(),
+            wrong_ending(log, process, group),
+        )
     finally:
         try:
             os.killpg(process.pid, signal.SIGKILL)
@@ -86,11 +91,13 @@ def interrupt_at(
         process.wait()
 
 
-def wrong_ending(log: Path, process: subprocess.Popen) -> str:
+def wrong_ending(log: Path, process: subprocess.Popen, group: bool) -> str:
     """What is wrong with how an interrupted run ended ("" if nothing): its last line is not INTERRUPTED, the log
-    holds a traceback, or a process of its group (a DataLoader worker) is still running LEFTOVER_SECONDS later."""
+    holds a traceback (checked when the group was signalled: signalled alone, the main process stops workers that
+    may be handing it a tensor, and multiprocessing's fd-sharing thread in a worker can print a BrokenPipeError),
+    or a process of its group (a DataLoader worker) is still running LEFTOVER_SECONDS later."""
     text = log.read_text(errors="replace")
-    if text.splitlines()[-1:] != [INTERRUPTED] or "Traceback" in text:
+    if text.splitlines()[-1:] != [INTERRUPTED] or (group and "Traceback" in text):
         return f"ended with {text.splitlines()[-3:]}"
     deadline = time.monotonic() + LEFTOVER_SECONDS
     while time.monotonic() < deadline:

@@ -1,5 +1,5 @@
 """A resumed run ends bitwise identical to an uninterrupted one (losses, weights, EMA) with every random draw of a
-step on: dropout, drop-path, MixUp, EMA, gradient accumulation; from an image folder read in 0 or 2 DataLoader
+step on: dropout, drop-path, MixUp and CutMix, EMA, gradient accumulation; from an image folder read in 0 or 2 DataLoader
 workers or a source in memory; after SIGINT, SIGTERM or SIGKILL. Partial checkpoints are never read."""
 
 import os
@@ -24,11 +24,11 @@ from vitkit.train.step import TrainStep
 
 # Dropout, drop-path, EMA and gradient accumulation on: every piece of state a resume must restore.
 STATEFUL = ["model.dropout=0.1", "model.drop_path=0.1", "train.ema_decay=0.99", "train.micro_batch_size=16"]
-# The resume matrix's recipe: those, MixUp (keyed per micro-batch), and evaluations between steps, which start
-# DataLoader iterators of their own.
+# The resume matrix's recipe: those, MixUp and CutMix (keyed per micro-batch), and evaluations between steps,
+# which start DataLoader iterators of their own.
 RECIPE = ["model.dropout=0.1", "model.drop_path=0.1", "train.ema_decay=0.99", "train.batch_size=12",
-          "train.micro_batch_size=4", "data.mixup=0.2", "train.eval_every=3", "train.log_every=1",
-          "optim.warmup_steps=1"]  # fmt: skip
+          "train.micro_batch_size=4", "data.mixup=0.2", "data.cutmix=1.0", "train.eval_every=3",
+          "train.log_every=1", "optim.warmup_steps=1"]  # fmt: skip
 STEPS, CHECKPOINT_EVERY = 12, 4
 # The signal comes as step 7 starts (0-based 6): after checkpoint 4 and the logged steps 5 and 6.
 SIGNALLED_STEP = 6

@@ -23,11 +23,13 @@ def start_worker(_: int) -> None:
     """A worker decodes images of every size: it returns freed memory to the OS, whatever the trainer it was
     forked from keeps (vitkit.allocator).
 
-    It ends quietly on SIGTERM as on Ctrl-C (KeyboardInterrupt, which torch's worker loop ends on without a word):
-    a SIGTERM sent to the whole process group (Slurm, systemd, `kill -TERM -PGID`) leaves the main process to stop
-    the run in order, rather than meet a worker killed by a signal. torch's own shutdown still ends it.
+    It ends at once and without a word on Ctrl-C and SIGTERM, their default action (a KeyboardInterrupt met as it
+    exits would print a traceback): sent to the whole process group (a terminal, Slurm, systemd, `kill -TERM
+    -PGID`), the signal reaches the main process too, which stops the run in order and expects its workers' end
+    (vitkit.shutdown).
     """
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
     return_freed_memory()
 
 

@@ -97,7 +97,8 @@ class Progress:
             if self.bar is not None:
                 self.bar.write(message)
             else:
-                print(message, flush=True)
+                print(f"{message}
+", end="", flush=True)  # one write: an interruption never splits the line
             self.last_line = time.perf_counter()
 
     def close(self) -> None:
@@ -114,9 +115,9 @@ def _duration(seconds: float) -> str:
 
 
 class RunLog:
-    """What a run tells as it goes, on rank 0 (`shown`: on the terminal too): the progress bar (loss, learning rate, images/s, data wait),
-    metrics.jsonl and TensorBoard (vitkit.train.report.MetricsLog), and each skipped image once. It holds the
-    losses a CUDA step leaves unread (PendingLosses) until a log step or a checkpoint reads them."""
+    """What a run tells as it goes, on rank 0: the progress bar (loss, learning rate, images/s, data wait; unless
+    not `shown`), metrics.jsonl and TensorBoard (vitkit.train.report.MetricsLog), and each skipped image once. It
+    holds the losses a CUDA step leaves unread (PendingLosses) until a log step or a checkpoint reads them."""
 
     def __init__(
         self,
