@@ -97,8 +97,7 @@ class Progress:
             if self.bar is not None:
                 self.bar.write(message)
             else:
-                print(f"{message}
-", end="", flush=True)  # one write: an interruption never splits the line
+                print(f"{message}\n", end="", flush=True)  # one write: an interruption never splits the line
             self.last_line = time.perf_counter()
 
     def close(self) -> None:
