@@ -87,7 +87,7 @@ def test_eval_compiled_for_inference_gives_the_eager_loss(trained, tmp_path, cap
         assert cli.main([*argv, "--compile"]) == 0
     compiled = capsys.readouterr().out
     assert freezing == [True] and not inductor_config.freezing
-    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--overwrite"]) == 0  # the compiled run's confusion matrix is replaced
     eager = capsys.readouterr().out
     loss = [float(text.rpartition("loss ")[2].split()[0]) for text in (compiled, eager)]
     assert loss[0] == pytest.approx(loss[1], rel=1e-4)  # float32 compiled: the same logits to rounding
