@@ -23,7 +23,6 @@ from PIL import Image
 
 import vitkit
 from photo_run import photo_run  # noqa: F401  (fixture)
-from tiny_models import TINY_VIT
 from vitkit.service import ServiceOptions, asgi_app, load_served_model
 from vitkit.service.app import Service
 from vitkit.service.served_model import ServedModel
