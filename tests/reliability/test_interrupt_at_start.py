@@ -56,9 +56,11 @@ def check(command: list[str], moments: list[float], tmp_path: Path) -> None:
     for after in moments:
         status, err = interrupt(command, after, tmp_path)
         interrupted = (130, f"vitkit {command[0]}: interrupted\n")
-        assert (status, err) == interrupted or (after > 0 and status == 0 and "Traceback" not in err), (
-            f"SIGINT {after} s into importing torch: exit status {status}, stderr {err!r}"
-        )
+        # A run that had finished may take the signal in the interpreter's teardown, after vitkit's handlers.
+        finished = (tmp_path / "run" / "report.json").is_file() and (status, err) in ((0, ""), (130, ""))
+        assert (
+            (status, err) == interrupted or (after > 0 and status == 0 and "Traceback" not in err) or finished
+        ), f"SIGINT {after} s into importing torch: exit status {status}, stderr {err!r}"
 
 
 def test_ctrl_c_while_importing_torch_is_one_line(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ import torch
 import vitkit
 from image_collections import write_folder, write_packed
 from vitkit import cli
+from vitkit.cache import CACHE_ENV
 from vitkit.data import FolderSource
 from vitkit.evaluate.fewshot import extract_features, precompute
 from vitkit.train.features import weights_digest
@@ -198,7 +199,12 @@ def test_the_fast_path_prints_as_every_batch_of_features_is_computed(weights, ph
     process = subprocess.Popen(
         [sys.executable, "-c", SLOW_FORWARD, *argv],
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(vitkit.__file__).parents[1]), "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            "PYTHONPATH": str(Path(vitkit.__file__).parents[1]),
+            "PYTHONUNBUFFERED": "1",
+            CACHE_ENV: str(tmp_path / "cache"),  # no features cached by the other tests: every batch computed
+        },
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
