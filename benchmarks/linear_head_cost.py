@@ -119,7 +119,15 @@ def main() -> None:
         "images": images,
         "load_average_before": os.getloadavg()[0],
     }
-    predict = ["predict", str(photos), "--weights", str(weights), "--output", str(work / "predictions.jsonl")]
+    predict = [
+        "predict",
+        str(photos),
+        "--weights",
+        str(weights),
+        "--output",
+        str(work / "predictions.jsonl"),
+        "--overwrite",
+    ]
     figures["predict"], _ = timed(predict, env)
     figures["first_fit"], output = timed([*linear, "--out", str(work / "runs" / "first")], env)
     print(output)
