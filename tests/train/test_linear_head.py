@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +13,7 @@ import torch
 
 import vitkit
 from image_collections import write_folder, write_packed
+from timestamped import timestamped_output
 from vitkit import cli
 from vitkit.cache import CACHE_ENV
 from vitkit.data import FolderSource
@@ -195,23 +193,8 @@ def test_the_fast_path_prints_as_every_batch_of_features_is_computed(weights, ph
         "--out",
         str(tmp_path / "run"),
     ]
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-c", SLOW_FORWARD, *argv],
-        cwd=tmp_path,
-        env={
-            **os.environ,
-            "PYTHONPATH": str(Path(vitkit.__file__).parents[1]),
-            "PYTHONUNBUFFERED": "1",
-            CACHE_ENV: str(tmp_path / "cache"),  # no features cached by the other tests: every batch computed
-        },
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    stamped = [(time.perf_counter() - start, line.rstrip()) for line in process.stdout]
-    assert process.wait(timeout=300) == 0, stamped
+    cache = {CACHE_ENV: str(tmp_path / "cache")}  # no features cached by other tests: every batch computed
+    stamped = timestamped_output(SLOW_FORWARD, argv, tmp_path, timeout=300, env=cache)
     first = next(t for t, line in stamped if line.startswith("linear head on frozen features"))
     times = [first] + [t for t, _ in stamped if t >= first]
     assert len(times) > 11, stamped  # 60 + 20 images in batches of 8: a line for each of 10 batches at least

@@ -3,15 +3,12 @@ LOG_SECONDS when steps are slow, and a line every LOG_SECONDS while one step (an
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 import vitkit
+from timestamped import timestamped_output
 from vitkit.train import progress
 
 
@@ -62,18 +59,7 @@ def test_a_slow_stepping_finetune_trial_prints_at_least_every_few_seconds(tmp_pa
     vitkit.export_npz(vitkit.create_model("ViT-B/16", activation="gelu_tanh", **tiny), tmp_path / "w.npz")
     argv = ["finetune", "--weights", "w.npz", "--steps", "3", "--batch-size", "8", "--out", "run"]
     argv += ["data.source=synthetic", "model.img_size=32", "train.device=cpu", "train.threads=1"]
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-c", TRIAL, *argv],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(Path(vitkit.__file__).parents[1]), "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    assert process.stdout is not None
-    stamped = [(time.perf_counter() - start, line.rstrip()) for line in process.stdout]
-    assert process.wait(timeout=120) == 0, stamped
+    stamped = timestamped_output(TRIAL, argv, tmp_path, timeout=120)
     times = [0.0] + [t for t, _ in stamped]
     first_step = next(t for t, line in stamped if line.startswith("step 1/3"))
     training = [t for t, _ in stamped if t >= first_step - 2.5]  # from the first step on
