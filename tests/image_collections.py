@@ -48,3 +48,8 @@ def take_steps(source, transform, *, seed=0, start=0, stop=10, rank=0, world_siz
         return [batches(step) for step in range(start, stop)]
     finally:
         batches.close()
+
+
+def write_small_shards(root: Path) -> Path:
+    """The folder of write_folder packed as WebDataset shards of 5 images (12 train shards) under root/wds."""
+    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)

@@ -17,7 +17,7 @@ from object_store import BUCKET, free_port, s3_server, upload
 
 from distributed.conftest import TINY, TORCHRUN, environment, run_torchrun
 from distributed.test_torchrun import _worker_pid
-from image_collections import write_folder, write_packed
+from image_collections import write_small_shards
 from tiny_run import restore_threads  # noqa: F401  (a fixture)
 from vitkit.train import checkpoint as ckpt
 
@@ -66,7 +66,7 @@ def finish(process: subprocess.Popen, wait: float = WAIT) -> tuple[int, str]:
 def test_two_agents_reading_a_bucket_train_as_the_local_run_and_resume_after_a_kill(tmp_path):
     if not TORCHRUN.is_file():
         pytest.skip("torchrun is not available")
-    shards = write_packed(write_folder(tmp_path / "folder"), tmp_path / "wds", "wds", shard_images=5)
+    shards = write_small_shards(tmp_path)
     local = tmp_path / "local"
     run_torchrun(train_args(local, f"wds:{shards}"), cwd=tmp_path)  # 2 processes, one agent
     assert sorted(losses(local)) == list(range(1, STEPS + 1))

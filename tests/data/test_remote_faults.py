@@ -12,7 +12,7 @@ import pytest
 import torch
 from object_store import SECRET, faulty_http, files_of
 
-from image_collections import take_steps, write_folder, write_packed
+from image_collections import take_steps, write_small_shards
 from vitkit.data import ShardSource, TrainTransform, open_source, remote
 from vitkit.data.remote import Patience, ReadAhead, fetch, stat
 
@@ -25,7 +25,7 @@ FAULTS = ["reset", "503", "stall", "short"]
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     root = tmp_path_factory.mktemp("wds")
-    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
+    return write_small_shards(root)
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 import torch
 from object_store import BUCKET, s3_server, upload
 
-from image_collections import take_steps, write_folder, write_packed
+from image_collections import take_steps, write_small_shards
 from vitkit import cli
 from vitkit.data import ReadOptions, ShardSource, TrainTransform, eval_batches, open_source, shard_index
 from vitkit.data.remote import RemoteShard
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow  # a server process, shards over HTTP
 @pytest.fixture(scope="module")
 def local(tmp_path_factory):
     root = tmp_path_factory.mktemp("wds")
-    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
+    return write_small_shards(root)
 
 
 @pytest.fixture(scope="module")

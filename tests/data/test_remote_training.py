@@ -14,7 +14,7 @@ import time
 import pytest
 from object_store import BUCKET, SECRET, s3_server, upload
 
-from image_collections import write_folder, write_packed
+from image_collections import write_small_shards
 from tiny_run import TINY, restore_threads  # noqa: F401  (a fixture)
 from train.test_resume import assert_bitwise_equal
 from vitkit import cli
@@ -37,7 +37,7 @@ def loss_lines(run):
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     root = tmp_path_factory.mktemp("wds")
-    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
+    return write_small_shards(root)
 
 
 @pytest.fixture(scope="module")

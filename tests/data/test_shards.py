@@ -12,7 +12,7 @@ import tarfile
 import pytest
 import torch
 
-from image_collections import in_memory, take_steps, write_folder, write_packed
+from image_collections import in_memory, take_steps, write_folder, write_small_shards
 from vitkit.data import (
     FolderSource,
     ReadOptions,
@@ -33,7 +33,7 @@ TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory):
     root = tmp_path_factory.mktemp("wds")
-    return write_packed(write_folder(root / "folder"), root / "wds", "wds", shard_images=5)  # 12 train shards
+    return write_small_shards(root)
 
 
 def stream(source, steps, **options):
