@@ -68,8 +68,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def run_command(module_name: str, args: argparse.Namespace) -> int:
-    """Run the command of vitkit.commands.<module_name>: imported (and torch with it) only now."""
-    return int(importlib.import_module(f"vitkit.commands.{module_name}").run(args) or 0)
+    """Run the command of vitkit.commands.<module_name>: imported (and torch with it) only now. A Ctrl-C during
+    the import is raised once it ends (a second or two): torch's import runs Python code called from C++, where a
+    KeyboardInterrupt raised by the signal handler aborts the process (`std::terminate`, exit status 134)."""
+    with shutdown.deferred():
+        command = importlib.import_module(f"vitkit.commands.{module_name}")
+    return int(command.run(args) or 0)
 
 
 def one_line(text: str) -> str:
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     command = chosen_command(words) or ""  # `vitkit --help`: no command imported
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        # Ctrl-C and SIGTERM interrupt from the first moment: importing a command (torch) takes seconds.
+        # Ctrl-C and SIGTERM are received from the first moment: importing a command (torch) takes seconds.
         with shutdown.interruptible():
             args = parse(build_parser(command), words)  # argparse reports a bad command line with exit code 2
             shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt an import swallowed
