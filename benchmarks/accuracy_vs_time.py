@@ -16,7 +16,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from vitkit.train.report import read_metrics
+from vitkit.training.report import read_metrics
 
 
 def evaluations(run: str) -> list[tuple[float, float]]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from vitkit.storage import load_state_dict
-from vitkit.train.checkpoint import CHECKPOINT_DIR, checkpoint_dirs, checkpoint_step
+from vitkit.training.checkpoint import CHECKPOINT_DIR, checkpoint_dirs, checkpoint_step
 
 RECIPE = [
     "model.hidden_size=32", "model.depth=2", "model.num_heads=2", "model.mlp_dim=64", "model.patch_size=4",

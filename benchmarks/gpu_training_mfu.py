@@ -1,7 +1,7 @@
 """Training throughput and MFU of ViT-B/16 at 224 on one GPU: vitkit's engine step against timm's model in a
 plain bf16 loop, eager and compiled, in one process.
 
-The engine's step is `vitkit.train.build.build_train_step`, built as `vitkit train` builds it: its data path
+The engine's step is `vitkit.training.build.build_train_step`, built as `vitkit train` builds it: its data path
 (uint8 images held in GPU memory, the batched augmentation of `data.crop`/`data.flip`, keyed by step), bf16
 autocast, fused AdamW, gradient clipping, the CUDA graph of `train.cuda_graph=auto` (eager), and with `--compile`
 `train.compile=true` (not captured). timm's loop is the textbook one around `timm.create_model` with vitkit's weights
@@ -46,8 +46,8 @@ from vitkit.bench.table import environment, format_table
 from vitkit.data import ImageDataset
 from vitkit.flops import count_flops
 from vitkit.precision import choose_precision
-from vitkit.train.build import build_run_model, build_train_step, optimizer_and_average
-from vitkit.train.recipe import ModelSection, RunConfig
+from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average
+from vitkit.training.recipe import ModelSection, RunConfig
 
 # Dense bf16 tensor-core peaks (no sparsity), TFLOP/s, from NVIDIA's data sheets.
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100": 989.4, "A100": 312.0}

@@ -17,7 +17,7 @@ import torch
 
 import vitkit
 from vitkit.data import load_dataset
-from vitkit.evaluate.paired import paired_test, predictions
+from vitkit.evaluation.paired import paired_test, predictions
 from vitkit.precision import choose_precision
 
 

@@ -24,9 +24,9 @@ from scipy.stats import ttest_rel, wilcoxon
 import vitkit
 from experiments.common import TINY_RUN, TINY_VIT, parser, write_results
 from vitkit.data import load_dataset
-from vitkit.evaluate.paired import paired_test, predictions
+from vitkit.evaluation.paired import paired_test, predictions
 from vitkit.precision import choose_precision
-from vitkit.train.report import REPORT_NAME
+from vitkit.training.report import REPORT_NAME
 
 PRECISIONS = ("fp32", "bf16")
 

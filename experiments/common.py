@@ -17,8 +17,8 @@ import matplotlib
 import torch
 
 from vitkit import cli
-from vitkit.train.recipe import RECIPE_NAME
-from vitkit.train.report import REPORT_NAME, read_metrics
+from vitkit.training.recipe import RECIPE_NAME
+from vitkit.training.report import REPORT_NAME, read_metrics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt

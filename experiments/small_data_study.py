@@ -41,7 +41,7 @@ import vitkit
 from experiments import common, vit_budget
 from experiments.common import HYBRID, RESNET, Family, evaluations, percent, run_vitkit, write_results
 from vitkit.data import load_dataset
-from vitkit.evaluate.paired import paired_test, predictions
+from vitkit.evaluation.paired import paired_test, predictions
 from vitkit.flops import count_flops
 from vitkit.precision import choose_precision
 

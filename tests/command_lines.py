@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from vitkit import cli
 from vitkit.commands.train import resolve_config
-from vitkit.train.overrides import load_config
-from vitkit.train.recipe import RunConfig, finetune_defaults
+from vitkit.training.overrides import load_config
+from vitkit.training.recipe import RunConfig, finetune_defaults
 
 
 def resolve(argv: list[str]) -> RunConfig:

@@ -17,8 +17,8 @@ from PIL import Image
 import vitkit
 from vitkit import cli
 from vitkit.storage import atomic_write_text, save_pretrained
-from vitkit.train.checkpoint import CheckpointManager
-from vitkit.train.rundir import RunDirBusy, RunDirLock
+from vitkit.training.checkpoint import CheckpointManager
+from vitkit.training.rundir import RunDirBusy, RunDirLock
 from vitkit.weights.official import export_npz, read_npz
 
 DATA = Path(__file__).parent / "data" / "official_vit"

@@ -10,8 +10,20 @@ from pathlib import Path
 from test_imports import PACKAGE, SRC, imports_of, module_files
 
 FORBIDDEN = {  # importer package -> packages it must not import
-    "vitkit.models": ("vitkit.data", "vitkit.train", "vitkit.evaluate", "vitkit.commands", "vitkit.bench"),
-    "vitkit.data": ("vitkit.models", "vitkit.train", "vitkit.evaluate", "vitkit.commands", "vitkit.bench"),
+    "vitkit.models": (
+        "vitkit.data",
+        "vitkit.training",
+        "vitkit.evaluation",
+        "vitkit.commands",
+        "vitkit.bench",
+    ),
+    "vitkit.data": (
+        "vitkit.models",
+        "vitkit.training",
+        "vitkit.evaluation",
+        "vitkit.commands",
+        "vitkit.bench",
+    ),
     "vitkit": ("vitkit.commands",),  # every module: the commands are leaves, reached from vitkit.cli only
 }
 MAY_IMPORT_COMMANDS = ("vitkit.cli", "vitkit.commands")
@@ -63,13 +75,13 @@ def test_the_rules_catch_a_deliberately_wrong_import(tmp_path: Path) -> None:
     """A models module importing the data, a data module importing the models and a library module importing a
     command are each named; the same imports from the commands pass."""
     package = tmp_path / "vitkit"
-    for sub in ("models", "data", "commands", "train"):
+    for sub in ("models", "data", "commands", "training"):
         (package / sub).mkdir(parents=True)
         (package / sub / "__init__.py").write_text("")
     (package / "__init__.py").write_text("")
     (package / "models" / "vit.py").write_text("from vitkit.data import loader\n")
     (package / "data" / "loader.py").write_text("import vitkit.models.vit\nimport argparse\n")
-    (package / "train" / "loop.py").write_text("from vitkit.commands import train\n")
+    (package / "training" / "loop.py").write_text("from vitkit.commands import train\n")
     (package / "commands" / "train.py").write_text("import argparse\nfrom vitkit.data import loader\n")
     modules = module_files(tmp_path, "vitkit")
     graph, _ = imports_of(modules)
@@ -78,7 +90,7 @@ def test_the_rules_catch_a_deliberately_wrong_import(tmp_path: Path) -> None:
         "vitkit.data.loader -> vitkit.models.vit",
         "vitkit.models.vit -> vitkit.data",
         "vitkit.models.vit -> vitkit.data.loader",
-        "vitkit.train.loop -> vitkit.commands",
-        "vitkit.train.loop -> vitkit.commands.train",
+        "vitkit.training.loop -> vitkit.commands",
+        "vitkit.training.loop -> vitkit.commands.train",
     ]
     assert argparse_users(modules) == [f"{package / 'data' / 'loader.py'}:2"]

@@ -24,17 +24,17 @@ _EXPORTS = {
     "save_pretrained": "vitkit.weights",
     "to_hf": "vitkit.weights",
     "to_timm": "vitkit.weights",
+    "train": "vitkit.api",  # the commands' Python API: vitkit.train(...), vitkit.finetune(...), vitkit.evaluate(...)
+    "finetune": "vitkit.api",
+    "evaluate": "vitkit.api",
     "export_onnx": "vitkit.export",  # serving: ONNX and torch.export files checked against PyTorch
     "export_program": "vitkit.export",
     "load_program": "vitkit.export",
     "read_onnx_metadata": "vitkit.export",
 }
 _SUBPACKAGES = ("inspect",)  # vitkit.inspect: the paper's Fig. 6/7 probes
-# The Python API of the commands: vitkit.train(...) and vitkit.evaluate(...) are their packages, called
-# (vitkit.callable_package); vitkit.finetune(...) a function.
-_API = {"train": "vitkit.train", "evaluate": "vitkit.evaluate", "finetune": "vitkit.train.api"}
 
-__all__ = [*_EXPORTS, *_API]
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
@@ -44,9 +44,6 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
     elif name in _SUBPACKAGES:
         value = importlib.import_module(f"vitkit.{name}")
-    elif name in _API:
-        module = importlib.import_module(_API[name])
-        value = getattr(module, name) if name == "finetune" else module
     else:
         raise AttributeError(f"module 'vitkit' has no attribute {name!r}")
     globals()[name] = value  # found once
@@ -54,4 +51,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES, *_API])
+    return sorted([*globals(), *_EXPORTS, *_SUBPACKAGES])

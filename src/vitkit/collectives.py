@@ -1,7 +1,7 @@
 """Collective operations that are the identity in one process: rank and world size, sums, broadcasts, barriers.
 
 Without a process group (one process, no torchrun) `world()` is (0, 1) and every function returns its input, so
-evaluation, checkpoints and the training loop are written once for N processes. vitkit.train.distributed starts
+evaluation, checkpoints and the training loop are written once for N processes. vitkit.training.distributed starts
 and joins the group; this module only uses it.
 """
 

@@ -2,7 +2,7 @@
 
 `bf16` runs the forward pass under `torch.autocast(dtype=torch.bfloat16)`: matrix products and convolutions in
 bf16, while the weights, gradients, optimizer state, EMA and checkpoints stay float32 and the loss is computed in
-float32 (vitkit.train.objectives casts the logits). `fp32` is plain float32 throughout.
+float32 (vitkit.training.objectives casts the logits). `fp32` is plain float32 throughout.
 
 How `auto` decides, for one device and one model at one batch size:
 

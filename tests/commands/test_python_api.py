@@ -12,8 +12,8 @@ import vitkit
 from photo_run import VAL_SPLIT
 from tiny_run import TINY
 from vitkit.storage import load_state_dict
-from vitkit.train.overrides import load_config, parse_override
-from vitkit.train.recipe import RECIPE_NAME
+from vitkit.training.overrides import load_config, parse_override
+from vitkit.training.recipe import RECIPE_NAME
 
 
 def sections(overrides: list[str]) -> dict[str, dict]:

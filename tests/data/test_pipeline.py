@@ -8,7 +8,7 @@ import torch
 
 from image_collections import in_memory, take_steps, write_folder
 from vitkit.data import FolderSource, ReadOptions, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
-from vitkit.evaluate.fewshot import FewShotEvaluator
+from vitkit.evaluation.fewshot import FewShotEvaluator
 from vitkit.models import create_model
 
 CPU = torch.device("cpu")

@@ -19,7 +19,7 @@ from distributed.conftest import TINY, TORCHRUN, environment, run_torchrun
 from distributed.test_torchrun import _worker_pid
 from image_collections import write_small_shards
 from tiny_run import restore_threads  # noqa: F401  (a fixture)
-from vitkit.train import checkpoint as ckpt
+from vitkit.training import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow  # torchrun process groups and a server process
 

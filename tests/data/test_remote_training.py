@@ -16,9 +16,9 @@ from object_store import BUCKET, SECRET, s3_server, upload
 
 from image_collections import write_small_shards
 from tiny_run import TINY, restore_threads  # noqa: F401  (a fixture)
-from train.test_resume import assert_bitwise_equal
+from training.test_resume import assert_bitwise_equal
 from vitkit import cli
-from vitkit.train import checkpoint as ckpt
+from vitkit.training import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow  # a server process and several training runs
 

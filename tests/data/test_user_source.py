@@ -29,7 +29,7 @@ from vitkit.data import (
 )
 from vitkit.data.memory import png_bytes
 from vitkit.data.source import DEFAULT_READING, Member
-from vitkit.train import build
+from vitkit.training import build
 
 CPU = torch.device("cpu")
 

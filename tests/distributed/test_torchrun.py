@@ -17,8 +17,8 @@ import torch
 
 from image_collections import write_folder
 from vitkit import cli
-from vitkit.train import checkpoint as ckpt
-from vitkit.train import checkpoint_formats
+from vitkit.training import checkpoint as ckpt
+from vitkit.training import checkpoint_formats
 
 from .conftest import STEPS, run_torchrun, torchrun, truncate
 

@@ -12,8 +12,8 @@ import pytest
 from experiments.common import markdown_table, percent
 
 from experiments import data_size, transfer, vit_budget
-from vitkit.train import report as report_module
-from vitkit.train.report import read_metrics
+from vitkit.training import report as report_module
+from vitkit.training.report import read_metrics
 
 PNG_MAGIC = b"\x89PNG"
 

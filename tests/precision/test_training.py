@@ -10,7 +10,7 @@ import torch
 from vitkit import cli, precision
 from vitkit.models import create_model
 from vitkit.storage import load_state_dict
-from vitkit.train.objectives import classification_loss
+from vitkit.training.objectives import classification_loss
 
 from .test_policy import AMX_LIKE
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from vitkit.train.rundir import RunDirBusy, RunDirLock
+from vitkit.training.rundir import RunDirBusy, RunDirLock
 
 
 def test_a_forked_child_never_holds_the_lock(tmp_path: Path) -> None:

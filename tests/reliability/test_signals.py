@@ -20,9 +20,9 @@ import pytest
 
 from hostile_files import grey_folder
 from tiny_run import TINY
-from vitkit.train.checkpoint import CHECKPOINT_DIR
-from vitkit.train.recipe import RECIPE_NAME
-from vitkit.train.rundir import RunDirLock
+from vitkit.training.checkpoint import CHECKPOINT_DIR
+from vitkit.training.recipe import RECIPE_NAME
+from vitkit.training.rundir import RunDirLock
 
 EXIT_SECONDS = 10
 HANG_SECONDS = 60  # the interpreter's own teardown after the run stopped, on a machine shared with other work

@@ -19,9 +19,9 @@ from tiny_run import TINY
 from vitkit import cli
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
-from vitkit.evaluate.confusion import plot_confusion
+from vitkit.evaluation.confusion import plot_confusion
 from vitkit.storage import save_state_dict
-from vitkit.train.overrides import parse_override
+from vitkit.training.overrides import parse_override
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:

@@ -10,7 +10,7 @@ import socket
 import torch
 import torch.distributed as dist
 
-from vitkit.train.distributed import environment
+from vitkit.training.distributed import environment
 
 
 def _worker(rank: int, processes: int, threads: int, port: int, connection, build: tuple) -> None:

@@ -21,7 +21,7 @@ from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ra
 from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
 from vitkit.precision import Precision
-from vitkit.train.build import build_train_step, optimizer_and_average, run_precision
+from vitkit.training.build import build_train_step, optimizer_and_average, run_precision
 
 NAME = "precision"
 HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"

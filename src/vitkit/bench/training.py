@@ -1,6 +1,6 @@
 """Training throughput: the vitkit engine's full step against timm's model of the same shape in a plain loop.
 
-The engine side is the engine's own step, `vitkit.train.build.build_train_step` (seeding, learning rate, batched data,
+The engine side is the engine's own step, `vitkit.training.build.build_train_step` (seeding, learning rate, batched data,
 forward, backward, loss averaging, foreach clipping, fused AdamW, EMA when the recipe has it, glibc keeping freed
 memory), built from the recipe as `vitkit train` builds it, minus logging, evaluation and checkpoints (none of
 which runs on an ordinary step). It runs in one process at the benchmark's thread count, compiled with `compile`,
@@ -44,10 +44,10 @@ from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import Trainable
 from vitkit.precision import choose_precision
-from vitkit.train.build import build_run_model, build_train_step, optimizer_and_average, train_transform
-from vitkit.train.distributed import resolve_strategy
-from vitkit.train.overrides import load_config
-from vitkit.train.recipe import ModelSection, RunConfig
+from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average, train_transform
+from vitkit.training.distributed import resolve_strategy
+from vitkit.training.overrides import load_config
+from vitkit.training.recipe import ModelSection, RunConfig
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"

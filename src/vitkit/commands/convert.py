@@ -11,8 +11,8 @@ import torch
 from vitkit import shutdown
 from vitkit.data import open_source
 from vitkit.destinations import check_directory_destination, check_file_destination
-from vitkit.evaluate import evaluate
-from vitkit.evaluate.labels import class_labels
+from vitkit.evaluation import evaluate_model
+from vitkit.evaluation.labels import class_labels
 from vitkit.export import export_onnx, export_program
 from vitkit.export.accuracy import onnx_top1
 from vitkit.export.staging import staged_directory
@@ -85,7 +85,7 @@ def export_for_serving(model: Model, args: argparse.Namespace) -> None:
         class_labels(model.class_names, list(dataset.classes), f"{args.src} on {dataset.description}")
     export_onnx(model, args.dst, int8=args.int8)
     if dataset is not None:
-        torch_top1 = evaluate(model, dataset).top1
+        torch_top1 = evaluate_model(model, dataset).top1
         file_top1 = onnx_top1(args.dst, dataset)
         kind = "int8" if args.int8 else "fp32"
         print(

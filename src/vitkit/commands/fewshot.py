@@ -11,8 +11,8 @@ import torch
 
 from vitkit import load_weights
 from vitkit.data import open_source
-from vitkit.evaluate.fewshot import FewShotEvaluator
-from vitkit.evaluate.weights import run_recipe
+from vitkit.evaluation.fewshot import FewShotEvaluator
+from vitkit.evaluation.weights import run_recipe
 from vitkit.precision import inference_precision
 
 

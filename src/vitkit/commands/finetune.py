@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands import train
-from vitkit.train.recipe import finetune_defaults
+from vitkit.training.recipe import finetune_defaults
 
 
 def run(args: argparse.Namespace) -> int:
-    return train.run_training(args, finetune_defaults(), "finetune", {"model.weights": args.weights})
+    return train.resolve_and_train(args, finetune_defaults(), "finetune", {"model.weights": args.weights})

@@ -21,7 +21,7 @@ from vitkit.data.decode import ImageDecodeError, decode_image, find_images
 from vitkit.data.transforms import eval_transform
 from vitkit.destinations import check_file_destination
 from vitkit.device import resolve_device
-from vitkit.evaluate.predictions import Prediction, output_format, write_predictions
+from vitkit.evaluation.predictions import Prediction, output_format, write_predictions
 from vitkit.models import ResNetConfig, ViTConfig
 from vitkit.models.registry import Model
 from vitkit.precision import Precision, inference_precision

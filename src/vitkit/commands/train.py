@@ -10,20 +10,20 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.device import resolve_device
-from vitkit.train import train
-from vitkit.train.annotated import annotated_toml
-from vitkit.train.distributed import check_gpus_per_process, launch_processes, launched_world_size
-from vitkit.train.overrides import load_config, parse_override, set_value
-from vitkit.train.recipe import RECIPE_NAME, RESUME_MAY_CHANGE, RunConfig
-from vitkit.train.report import format_metrics
-from vitkit.train.resolve import default_run_dir, resolve
+from vitkit.training import run_training
+from vitkit.training.annotated import annotated_toml
+from vitkit.training.distributed import check_gpus_per_process, launch_processes, launched_world_size
+from vitkit.training.overrides import load_config, parse_override, set_value
+from vitkit.training.recipe import RECIPE_NAME, RESUME_MAY_CHANGE, RunConfig
+from vitkit.training.report import format_metrics
+from vitkit.training.resolve import default_run_dir, resolve
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_training(args, RunConfig(), "fashion_mnist_vit_default", {})
+    return resolve_and_train(args, RunConfig(), "fashion_mnist_vit_default", {})
 
 
-def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
+def resolve_and_train(args: argparse.Namespace, base: Any, default_name: str, fixed: dict[str, Any]) -> int:
     """Resolve the recipe, train, and print the final evaluations and the run directory (train and finetune)."""
     if args.resume and not args.out:
         raise ValueError("--resume needs --out, the run directory to continue")
@@ -44,7 +44,7 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
         argv = args.argv if args.out else [*args.argv, "--out", str(out)]  # every process names the same run
         return launch_processes(config.train.processes, config.train.threads, argv)
     # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli
-    report = train(config, out, resume=args.resume, command=["vitkit", *args.argv])
+    report = run_training(config, out, resume=args.resume, command=["vitkit", *args.argv])
     if not report:  # ranks other than 0 under torchrun: rank 0 prints and writes the run directory
         return 0
     work = (
@@ -63,7 +63,7 @@ def run_training(args: argparse.Namespace, base: Any, default_name: str, fixed: 
 
 def resolve_config(args: argparse.Namespace, config: Any, fixed: dict[str, Any]) -> Any:
     """Apply command-specific fixed values, the flag shorthands, then the section.field=value overrides
-    (vitkit.train.resolve: the run length fitted, the model settled and said)."""
+    (vitkit.training.resolve: the run length fitted, the model settled and said)."""
     overrides = [(key, value) for item in args.overrides for key, value in [parse_override(item)]]
     settings = [*fixed.items(), *_flags(args).items(), *overrides]
     quiet = launched_world_size() > 1 or args.print_config  # the processes a launcher starts stay quiet
