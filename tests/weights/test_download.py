@@ -14,7 +14,7 @@ from safetensors.torch import save
 
 from vitkit import cli, create_model, export_npz, load_weights, to_timm
 from vitkit.models import model_config
-from vitkit.weights import download, hub
+from vitkit.weights import cached_files, download, hub
 from vitkit.weights.build import infer_vit_config
 
 from .conftest import etag
@@ -61,10 +61,10 @@ def test_a_url_loads_then_loads_from_the_cache_with_the_server_gone(served, tiny
         again = load_weights(url)(images)
     assert torch.allclose(first, expected, atol=1e-5) and torch.equal(first, again)
     assert len(served.requests) == 1
-    cached = download.cache_path(url)
-    record = json.loads(download.meta_path(cached).read_text())
+    cached = cached_files.cache_path(url)
+    record = json.loads(cached_files.meta_path(cached).read_text())
     assert record["size"] == len(served.files[PATH]) == cached.stat().st_size
-    assert record["sha256"] == download.sha256_of(cached) and record["url"] == url
+    assert record["sha256"] == cached_files.sha256_of(cached) and record["url"] == url
 
 
 def test_an_interrupted_transfer_resumes_with_a_range_request(served, tiny, images):
@@ -77,13 +77,13 @@ def test_an_interrupted_transfer_resumes_with_a_range_request(served, tiny, imag
 
 def left_part(url: str, data: bytes, version: bytes | None) -> Path:
     """A .part file as an earlier, interrupted call leaves it: `data`, and the version it began (None: unknown)."""
-    target = download.cache_path(url)
+    target = cached_files.cache_path(url)
     target.parent.mkdir(parents=True, exist_ok=True)
-    download.part_path(target).write_bytes(data)
+    cached_files.part_path(target).write_bytes(data)
     if version is not None:
         record = {"validator": etag(version), "size": len(version)}
-        download.resume_path(target).write_text(json.dumps(record))
-    return download.part_path(target)
+        cached_files.resume_path(target).write_text(json.dumps(record))
+    return cached_files.part_path(target)
 
 
 def test_a_part_file_left_by_an_earlier_call_is_resumed_if_it_is_of_the_same_version(served):
@@ -92,7 +92,7 @@ def test_a_part_file_left_by_an_earlier_call_is_resumed_if_it_is_of_the_same_ver
     path = download.fetch(url, progress=False)
     assert ranges(served) == ["bytes=1000-"] and served.headers_seen[0]["If-Range"] == etag(data)
     assert path.read_bytes() == data and not part.exists()
-    assert not download.resume_path(path).exists()
+    assert not cached_files.resume_path(path).exists()
     left_part(
         served.url("/models/other.npz"), data[:1000], None
     )  # no version known: no proof it is the start
@@ -137,7 +137,7 @@ def test_offline_a_cached_file_loads_and_a_missing_one_is_one_line(served, monke
     with pytest.raises(FileNotFoundError) as error:
         load_weights(missing)
     message = str(error.value)
-    assert "\n" not in message and missing in message and str(download.cache_path(missing)) in message
+    assert "\n" not in message and missing in message and str(cached_files.cache_path(missing)) in message
     assert len(served.requests) == 1  # nothing asked offline
 
 
@@ -146,7 +146,7 @@ def test_a_404_and_a_silent_server_are_one_line_errors(served, monkeypatch, caps
     assert cli.main(["weights", "get", missing]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"vitkit weights: error: {missing}: HTTP 404 Not Found (no such file there)"
-    assert not download.cache_path(missing).with_name("none.npz.part").exists()
+    assert not cached_files.cache_path(missing).with_name("none.npz.part").exists()
     monkeypatch.setenv(download.TIMEOUT_ENV, "0.2")
     served.delay_s = 1.0
     with pytest.raises(
@@ -167,7 +167,9 @@ def test_names_follow_the_mirror_and_a_wrong_file_there_is_refused(served, monke
     ):
         load_weights("ViT-B/16-i21k")
     assert served.requests == [("/mirror/imagenet21k/ViT-B_16.npz", None)]
-    assert not entry.cache_path.exists() and not download.part_path(entry.cache_path).exists()  # not cached
+    assert (
+        not entry.cache_path.exists() and not cached_files.part_path(entry.cache_path).exists()
+    )  # not cached
     capsys.readouterr()
     assert cli.main(["weights", "get", "--quiet", "ViT-B/16-i21k"]) == 2  # checked by `weights get` as well
     err = capsys.readouterr().err.strip()
@@ -278,8 +280,8 @@ def test_the_weights_command_lists_gets_and_locates(served, capsys):
     url = served.url(PATH)
     assert cli.main(["weights", "get", "--quiet", url]) == 0
     assert (
-        capsys.readouterr().out.strip() == str(download.cache_path(url))
-        and download.cache_path(url).is_file()
+        capsys.readouterr().out.strip() == str(cached_files.cache_path(url))
+        and cached_files.cache_path(url).is_file()
     )
     assert cli.main(["weights", "list", "nothing*"]) == 2
     assert "no checkpoint name matches 'nothing*'" in capsys.readouterr().err

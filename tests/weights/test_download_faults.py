@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from vitkit import cli, create_model, export_npz
-from vitkit.weights import download
+from vitkit.weights import cached_files, download
 
 PATH = "/models/tiny.npz"
 
@@ -37,8 +37,13 @@ def versions(tmp_path) -> tuple[bytes, bytes]:
 
 
 def nothing_cached(url: str) -> bool:
-    target = download.cache_path(url)
-    files = [target, download.meta_path(target), download.part_path(target), download.resume_path(target)]
+    target = cached_files.cache_path(url)
+    files = [
+        target,
+        cached_files.meta_path(target),
+        cached_files.part_path(target),
+        cached_files.resume_path(target),
+    ]
     return not any(f.exists() for f in files)
 
 
@@ -98,7 +103,7 @@ def test_a_trickling_server_fails_in_bounded_time_and_the_part_resumes(
     assert time.monotonic() - began < 5
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
-    part = download.part_path(download.cache_path(url))
+    part = cached_files.part_path(cached_files.cache_path(url))
     assert (
         last.startswith(f"vitkit weights: error: {url}: transfer stopped (")
         and "under the minimum of" in last
@@ -118,8 +123,8 @@ def test_the_overall_deadline_ends_a_steady_but_endless_transfer(file_server, ve
     began = time.monotonic()
     with pytest.raises(ConnectionError, match=rf"not done within 0.5 s \({download.DEADLINE_ENV}\)"):
         download.fetch(file_server.url(PATH), progress=False)
-    assert time.monotonic() - began < 3 and not download.is_verified(
-        download.cache_path(file_server.url(PATH))
+    assert time.monotonic() - began < 3 and not cached_files.is_verified(
+        cached_files.cache_path(file_server.url(PATH))
     )
 
 
@@ -133,7 +138,7 @@ def test_after_a_stall_the_error_tells_the_truth_about_the_part(file_server, ver
     file_server.stall_once.add(PATH)
     monkeypatch.setenv(download.TIMEOUT_ENV, "0.3")
     url = file_server.url(PATH)
-    part = download.part_path(download.cache_path(url))
+    part = cached_files.part_path(cached_files.cache_path(url))
     monkeypatch.setattr(download, "MAX_ATTEMPTS", 1)
     with pytest.raises(ConnectionError) as error:
         download.fetch(url, progress=False)
@@ -145,7 +150,7 @@ def test_after_a_stall_the_error_tells_the_truth_about_the_part(file_server, ver
         )
     else:
         assert message.endswith("nothing kept: run again to start over") and not part.exists()
-    assert not download.cache_path(url).exists()
+    assert not cached_files.cache_path(url).exists()
 
 
 def test_a_stall_with_bytes_before_it_resumes_in_the_same_call(file_server, versions, monkeypatch, capsys):
@@ -174,7 +179,7 @@ def test_a_full_disk_is_named_and_the_part_removed(file_server, versions, monkey
     url = file_server.url(PATH)
     assert cli.main(["weights", "get", "--quiet", url]) == 1
     err = capsys.readouterr().err.strip()
-    target = download.cache_path(url)
+    target = cached_files.cache_path(url)
     assert (
         err.startswith("vitkit weights: error: no space left on ")
         and f"writing {target} (downloading {url}" in err
@@ -197,7 +202,7 @@ def test_credentials_are_sent_but_never_written_or_shown(file_server, versions, 
     url = file_server.url(PATH).replace("http://", "http://alice:s3cret@")
     path = download.fetch(url, progress=False)
     assert file_server.headers_seen[0]["Authorization"] == "Basic YWxpY2U6czNjcmV0"
-    assert path == download.cache_path(file_server.url(PATH))
+    assert path == cached_files.cache_path(file_server.url(PATH))
     written = " ".join(
         str(p) + p.read_text(errors="replace") for p in path.parent.iterdir() if p.suffix == ".json"
     )
@@ -229,7 +234,7 @@ def test_cache_paths_follow_rfc3986_equivalence():
         "http://user:pw@example.com/w/a/b.npz#part",
         "https://example.com:443/w/a/b.npz",  # one host's http and https are taken for one server
     ]
-    assert len({download.cache_path(u) for u in same}) == 1
+    assert len({cached_files.cache_path(u) for u in same}) == 1
     distinct = [
         "http://example.com/w/a/b.npz",
         "http://example.com/w/a%2Fb.npz",  # a slash inside one segment
@@ -238,8 +243,8 @@ def test_cache_paths_follow_rfc3986_equivalence():
         "http://example.com:8080/w/a/b.npz",
         "http://example.com/w/a/b.npz?v=2",
     ]
-    assert len({download.cache_path(u) for u in distinct}) == len(distinct)
-    assert download.cache_path("http://example.com/w/a%2fb.npz") == download.cache_path(distinct[1])
+    assert len({cached_files.cache_path(u) for u in distinct}) == len(distinct)
+    assert cached_files.cache_path("http://example.com/w/a%2fb.npz") == cached_files.cache_path(distinct[1])
 
 
 def test_a_slash_and_its_escape_are_two_files(file_server, versions):
@@ -286,15 +291,15 @@ def test_an_error_page_recorded_by_an_earlier_version_is_fetched_again(file_serv
     """A record without `parsed` (written before files were parsed) gets its file parsed once on next use."""
     file_server.files[PATH] = versions[0]
     url = file_server.url(PATH)
-    target = download.cache_path(url)
+    target = cached_files.cache_path(url)
     target.parent.mkdir(parents=True, exist_ok=True)
     page = b"<html>Service unavailable</html>"
     target.write_bytes(page)
     record = {"url": url, "size": len(page), "sha256": hashlib.sha256(page).hexdigest()}
-    download.meta_path(target).write_text(json.dumps(record))
+    cached_files.meta_path(target).write_text(json.dumps(record))
     assert download.fetch(url, progress=False).read_bytes() == versions[0]
     assert (
         "tiny.npz: is an HTML or XML page, not a weights file; fetching it again" in capsys.readouterr().err
     )
-    assert json.loads(download.meta_path(target).read_text())["parsed"] is True
-    assert download.is_verified(target) and len(file_server.requests) == 1
+    assert json.loads(cached_files.meta_path(target).read_text())["parsed"] is True
+    assert cached_files.is_verified(target) and len(file_server.requests) == 1

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from vitkit.weights.download import cache_path, fetch, without_credentials
+from vitkit.weights.cached_files import cache_path, without_credentials
+from vitkit.weights.download import fetch
 from vitkit.weights.hub import BASE_URL_ENV, HF_HUB_PREFIX, base_url, find, hub_files, is_url, list_pretrained
 from vitkit.weights.load import fetch_named
 

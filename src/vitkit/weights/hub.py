@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from vitkit.models.registry import list_models, model_config
-from vitkit.weights.download import cache_path, download_timeout, offline, without_credentials
+from vitkit.weights.cached_files import cache_path, without_credentials
+from vitkit.weights.download import download_timeout, offline
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
 BASE_URL_ENV = "VITKIT_WEIGHTS_BASE_URL"
