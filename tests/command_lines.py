@@ -4,14 +4,12 @@ shared helper (tests/ is on pytest's pythonpath)."""
 from __future__ import annotations
 
 from vitkit import cli
-from vitkit.commands.train import resolve_config
-from vitkit.training.overrides import load_config
-from vitkit.training.recipe import RunConfig, finetune_defaults
+from vitkit.commands.train import request_from
+from vitkit.recipe.config import RunConfig
+from vitkit.recipe.resolve import resolve_recipe
 
 
 def resolve(argv: list[str]) -> RunConfig:
     """The RunConfig `vitkit <argv>` would train (argv starts with the command)."""
     args = cli.parse(cli.build_parser(), argv)
-    base = finetune_defaults() if args.command == "finetune" else RunConfig()
-    fixed = {"model.weights": args.weights} if args.command == "finetune" else {}
-    return resolve_config(args, load_config(args.config, base) if args.config else base, fixed)
+    return resolve_recipe(request_from(args, args.command, getattr(args, "weights", None)))

@@ -1,6 +1,6 @@
 """The smaller guarantees: an absurd step count refused before a run directory exists, identical safetensors
 bytes from identical saves, a DataLoader worker's error as one line, names users control drawn safely; the Python
-API's bad arguments as one-line errors naming them, its quiet=True silent, its train.processes never ignored."""
+API's bad arguments as one-line errors naming them, its quiet=True silent, its train.processes started as the command line starts them."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import vitkit
+from command_lines import resolve
 from tiny_run import TINY
 from vitkit import cli
+from vitkit.api import ProcessesFailed
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
 from vitkit.evaluation.confusion import plot_confusion
+from vitkit.recipe.resolve import parse_override
 from vitkit.storage import save_state_dict
-from vitkit.training.overrides import parse_override
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
@@ -127,10 +129,25 @@ def test_bad_evaluate_arguments_are_one_line_errors_naming_them(quiet_run, argum
     assert str(raised.value) == message
 
 
-def test_processes_in_python_are_refused_not_ignored(tmp_path) -> None:
-    """vitkit.train() runs in its own process: asked for 2, it says how to start them rather than train in 1."""
-    with pytest.raises(
-        ValueError, match=r"^train.processes=2: vitkit.train\(\) trains in this one process; "
-    ):
-        vitkit.train(out=tmp_path / "run", quiet=True, train={"processes": 2})
-    assert not (tmp_path / "run").exists()
+def test_processes_start_alike_from_python_and_the_command_line(tmp_path, monkeypatch) -> None:
+    """train.processes=2 from vitkit.train() starts 2 processes as `vitkit train` does: the launcher gets the same
+    count, threads and a command line that resolves to the same recipe; a failed process is the command's exit
+    code, and ProcessesFailed from Python."""
+    launched = []
+
+    def launcher(processes: int, threads: int, argv: list[str]) -> int:
+        launched.append((processes, threads, resolve(argv).to_dict()))
+        return 3
+
+    monkeypatch.setattr("vitkit.api.launch_processes", launcher)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    settings = [*TINY, "train.processes=2", "train.steps=5"]
+    assert cli.main(["train", "--out", str(tmp_path / "cli"), *settings]) == 3
+    sections: dict[str, dict] = {}
+    for key, value in map(parse_override, settings):
+        section, _, name = key.partition(".")
+        sections.setdefault(section, {})[name] = value
+    with pytest.raises(ProcessesFailed, match="status 3"):
+        vitkit.train(out=tmp_path / "cli", quiet=True, **sections)
+    assert len(launched) == 2 and launched[0] == launched[1] and launched[0][:2] == (2, 1)
+    assert not (tmp_path / "cli").exists()

@@ -14,8 +14,8 @@ import pytest
 
 from tiny_run import TINY
 from vitkit import cli
+from vitkit.recipe.config import RECIPE_NAME
 from vitkit.training.checkpoint import CHECKPOINT_DIR
-from vitkit.training.recipe import RECIPE_NAME
 from vitkit.training.rundir import RunDirBusy, RunDirLock
 
 
