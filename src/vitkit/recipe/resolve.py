@@ -23,7 +23,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from vitkit.configs import RECIPES_DIR, SUFFIX, shipped_recipes
 from vitkit.data import ReadOptions, open_source
@@ -221,7 +221,7 @@ def from_dict(data: dict[str, Any], base: RunConfig | None = None) -> RunConfig:
     return config
 
 
-def load_config(path: str | Path, base: RunConfig | None = None) -> RunConfig:
+def load_config(path: str | os.PathLike, base: RunConfig | None = None) -> RunConfig:
     """Read a TOML recipe: a file, or a shipped recipe by name (vitkit.configs); unknown sections or keys
     are errors that list the valid ones."""
     path = recipe_file(path)
@@ -318,7 +318,8 @@ def describe_architecture(name: str, overrides: dict[str, Any]) -> str:
     config = model_config(name, **overrides)
     if not isinstance(config, ViTConfig):
         return f"{name}: {type(config).__name__.removesuffix('Config')}, {config.in_chans} channels"
-    (height, width), (patch, _) = config.img_size, config.patch_size  # pairs once the config is built
+    pair = tuple[int, int]  # ViTConfig makes both sizes (height, width) pairs when it is built
+    (height, width), (patch, _) = cast(pair, config.img_size), cast(pair, config.patch_size)
     colour = {1: "grey", 3: "RGB"}.get(config.in_chans, f"{config.in_chans} channels")
     return (
         f"{name}: {height}x{width} {colour}, {patch} px patches, width {config.hidden_size}, depth {config.depth}, "
