@@ -46,7 +46,7 @@ from vitkit.bench.table import environment, format_table
 from vitkit.data import ImageDataset
 from vitkit.flops import count_flops
 from vitkit.precision import choose_precision
-from vitkit.recipe.config import ModelSection, RunConfig
+from vitkit.recipe.run_config import ModelSection, RunConfig
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average
 
 # Dense bf16 tensor-core peaks (no sparsity), TFLOP/s, from NVIDIA's data sheets.

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from vitkit import cli
 from vitkit.commands.train import request_from
-from vitkit.recipe.config import RunConfig
 from vitkit.recipe.resolve import resolve_recipe
+from vitkit.recipe.run_config import RunConfig
 
 
 def resolve(argv: list[str]) -> RunConfig:

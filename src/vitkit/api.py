@@ -28,8 +28,8 @@ from typing import Any
 from vitkit.device import resolve_device
 from vitkit.evaluation.run_directory import evaluate_weights as evaluate
 from vitkit.recipe.annotated import annotated_toml
-from vitkit.recipe.config import SECTIONS, RunConfig
 from vitkit.recipe.resolve import RecipeRequest, did_you_mean, resolve_recipe
+from vitkit.recipe.run_config import SECTIONS, RunConfig
 from vitkit.training.distributed import check_gpus_per_process, launch_processes, launched_world_size
 from vitkit.training.trainer import run_training
 

@@ -13,8 +13,8 @@ import vitkit
 from photo_run import VAL_SPLIT
 from tiny_run import TINY
 from vitkit import cli
-from vitkit.recipe.config import RECIPE_NAME
 from vitkit.recipe.resolve import load_config, parse_override
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.storage import load_state_dict
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from vitkit import collectives
 from vitkit.models import create_model
-from vitkit.recipe.config import RunConfig
 from vitkit.recipe.resolve import apply_overrides
+from vitkit.recipe.run_config import RunConfig
 from vitkit.training import distributed
 
 

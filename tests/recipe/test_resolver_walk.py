@@ -109,7 +109,7 @@ def test_the_walk_to_the_recipe_enters_4_files_and_climbs_back_at_most_once(monk
     assert files == [
         "vitkit/commands/train.py",
         "vitkit/recipe/resolve.py",
-        "vitkit/recipe/config.py",
+        "vitkit/recipe/run_config.py",
         "vitkit/models/registry.py",
     ]
     assert len(climbs) <= 1, climbs

@@ -11,8 +11,8 @@ import torch
 import vitkit
 from command_lines import resolve
 from vitkit import cli
-from vitkit.recipe.config import RunConfig, finetune_defaults
 from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import RunConfig, finetune_defaults
 from vitkit.training.build import build_run_model
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))

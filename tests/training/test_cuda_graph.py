@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from vitkit import cli
-from vitkit.recipe.config import TrainSection
+from vitkit.recipe.run_config import TrainSection
 from vitkit.storage import load_state_dict
 from vitkit.training.build import use_cuda_graph
 from vitkit.training.report import read_metrics

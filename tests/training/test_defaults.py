@@ -12,7 +12,7 @@ import pytest
 from command_lines import resolve
 from vitkit.models.config import to_pair
 from vitkit.models.registry import model_config
-from vitkit.recipe.config import RunConfig
+from vitkit.recipe.run_config import RunConfig
 
 DOCS = Path(__file__).parents[2] / "docs"
 

@@ -4,7 +4,7 @@ not fill a last batch (every step has the same batch size)."""
 from __future__ import annotations
 
 from vitkit.data import balanced_subset, load_dataset
-from vitkit.recipe.config import TrainSection
+from vitkit.recipe.run_config import TrainSection
 from vitkit.training.build import RunData
 
 

@@ -8,7 +8,7 @@ from vitkit.data import load_dataset
 from vitkit.evaluation.evaluators import due
 from vitkit.models import create_model
 from vitkit.precision import choose_precision
-from vitkit.recipe.config import OBJECTIVES, TrainSection
+from vitkit.recipe.run_config import OBJECTIVES, TrainSection
 from vitkit.training import objectives
 
 

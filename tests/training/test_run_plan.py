@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import torch
 
-from vitkit.recipe.config import TrainSection
+from vitkit.recipe.run_config import TrainSection
 from vitkit.training import progress
 from vitkit.training.progress import RunLog
 

@@ -14,7 +14,7 @@ import pytest
 
 from tiny_run import TINY
 from vitkit import cli
-from vitkit.recipe.config import RECIPE_NAME
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.training.checkpoint import CHECKPOINT_DIR
 from vitkit.training.rundir import RunDirBusy, RunDirLock
 

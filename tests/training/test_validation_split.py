@@ -6,8 +6,8 @@ import torch
 import vitkit
 from vitkit.data import hold_out, load_dataset
 from vitkit.evaluation import evaluate_model
-from vitkit.recipe.config import RunConfig
 from vitkit.recipe.resolve import apply_overrides
+from vitkit.recipe.run_config import RunConfig
 from vitkit.training import trainer
 from vitkit.training.report import read_metrics
 

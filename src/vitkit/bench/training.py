@@ -44,8 +44,8 @@ from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import Trainable
 from vitkit.precision import choose_precision
-from vitkit.recipe.config import ModelSection, RunConfig
 from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import ModelSection, RunConfig
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average, train_transform
 from vitkit.training.distributed import resolve_strategy
 

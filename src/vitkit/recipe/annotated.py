@@ -8,8 +8,8 @@ import dataclasses
 from typing import Any
 
 from vitkit.models.registry import model_config
-from vitkit.recipe.config import SECTIONS, RunConfig, toml_value
 from vitkit.recipe.resolve import describe_architecture
+from vitkit.recipe.run_config import SECTIONS, RunConfig, toml_value
 
 COMMENT_COLUMN = 44
 

@@ -32,7 +32,7 @@ from vitkit.data.remote import is_url
 from vitkit.data.spec import PREFIXES
 from vitkit.models.config import ResNetConfig, ViTConfig
 from vitkit.models.registry import model_config
-from vitkit.recipe.config import (
+from vitkit.recipe.run_config import (
     RECIPE_NAME,
     RESUME_MAY_CHANGE,
     SECTIONS,

@@ -26,7 +26,7 @@ from vitkit.data import (
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Trainable, build_model, create_model
 from vitkit.precision import Precision, autocast, model_signature, training_precision
-from vitkit.recipe.config import DataSection, RunConfig, TrainSection
+from vitkit.recipe.run_config import DataSection, RunConfig, TrainSection
 from vitkit.storage import CONFIG_NAME, pop_class_names
 from vitkit.training.averaging import ema_model
 from vitkit.training.checkpoint import SavedCheckpoint

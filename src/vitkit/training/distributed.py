@@ -29,7 +29,7 @@ from torch import nn
 
 from vitkit.collectives import world
 from vitkit.models.registry import Trainable, build_model
-from vitkit.recipe.config import STRATEGIES  # ("auto", "ddp", "fsdp")
+from vitkit.recipe.run_config import STRATEGIES  # ("auto", "ddp", "fsdp")
 from vitkit.training.objectives import Forward
 
 

@@ -27,7 +27,7 @@ from vitkit.evaluation.fewshot import lsr_accuracy, precompute
 from vitkit.flops import count_parameters
 from vitkit.models.registry import Model
 from vitkit.precision import inference_precision
-from vitkit.recipe.config import RunConfig
+from vitkit.recipe.run_config import RunConfig
 from vitkit.sizes import to_pair
 from vitkit.storage import FINAL_DIR, save_pretrained
 from vitkit.training.build import build_run_model, open_data

@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from vitkit.recipe.config import RECIPE_NAME, RunConfig
+from vitkit.recipe.run_config import RECIPE_NAME, RunConfig
 from vitkit.storage import FINAL_DIR, atomic_write_text
 from vitkit.training.checkpoint import CHECKPOINT_DIR, SavedCheckpoint, latest_checkpoint, read_checkpoint
 

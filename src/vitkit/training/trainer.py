@@ -19,7 +19,7 @@ from vitkit.evaluation.evaluators import Evaluator, OnPart, due
 from vitkit.evaluation.fewshot import FewShotEvaluator
 from vitkit.flops import count_parameters
 from vitkit.models.registry import Trainable
-from vitkit.recipe.config import RECIPE_NAME, RunConfig
+from vitkit.recipe.run_config import RECIPE_NAME, RunConfig
 from vitkit.storage import DiskFull, is_disk_full
 from vitkit.training import report
 from vitkit.training.build import (

@@ -1,24 +1,17 @@
 """Run configurations as data: a recipe is four dataclass sections ([model], [data], [optim], [train]).
 
 Recipes are TOML files: a path, or a shipped recipe by name (vitkit.configs); any field can be overridden as
-`section.field=value` (vitkit.recipe.resolve). Every field carries one line of help (`option`), which `vitkit
-train --print-config` shows beside its value and default, and a field with a fixed set of values names them
-(`choices`), which `validate` checks. The dataclass defaults are the default recipe: the small Fashion-MNIST ViT
-that `vitkit train` runs in minutes on a CPU (docs/RESULTS.md). `finetune_defaults()` is the paper's fine-tuning
-recipe (§3.2, B.1.1): SGD with momentum 0.9, no weight decay, cosine decay, gradient clipping at 1, batch 512,
-Polyak averaging 0.9999.
+`section.field=value` (vitkit.recipe.resolve). Every field carries one line of help, which `--print-config` shows
+beside its value and default, and the values it may take where they are a fixed set, which `validate` checks.
+The dataclass defaults are the default recipe: the small Fashion-MNIST ViT that `vitkit train` runs in minutes on
+a CPU (docs/RESULTS.md). `finetune_defaults()` is the paper's fine-tuning recipe (§3.2, B.1.1).
 
-A named model is the registry's variant as it is (`model.name=ViT-S/16` on the command line means exactly what
-`[model] name = "ViT-S/16"` in a TOML means): 224 px, RGB, its own classifier. With no model named, the data
-decides (`default_model`):
-
-- the built-in small sets train ViT-Mini/4 (4 layers of width 96, 4x4 patches, global average pooling) at their
-  own scale: Fashion-MNIST and digits as 28x28 grey images (digits are upsampled, so a Fashion-MNIST run fine-tunes
-  on them with the same architecture: configs/digits_transfer.toml), CIFAR and the synthetic shapes as 32x32 RGB;
-- image collections (`folder:`, `hf:`, `wds:`, a bare directory), whose images are photographs of any size, train
-  ViT-Ti/16 at 224 px in RGB: the smallest of the paper's family (DeiT-Ti's shape, 5.5M parameters), at the
-  resolution and 16 px patches of the published checkpoints, so a run from scratch and a fine-tuned ViT-B/16 see
-  the same 14x14 grid of patches of the same pixels.
+A named model is the registry's variant as it is (224 px, RGB, its own classifier), whatever the data. With no
+model named the data decides (`default_model`): the built-in small sets train ViT-Mini/4 (width 96, depth 4, 4x4
+patches, global average pooling) at their own scale, 28x28 grey (Fashion-MNIST, digits: upsampled, so a
+Fashion-MNIST run fine-tunes on them unchanged) or 32x32 RGB (CIFAR, synthetic); image collections (`folder:`,
+`hf:`, `wds:`, a directory) train ViT-Ti/16 at 224 px, the smallest of the paper's family at the resolution and
+patches of the published checkpoints, so a run from scratch and a fine-tuned ViT-B/16 see the same 14x14 grid.
 """
 
 from __future__ import annotations
