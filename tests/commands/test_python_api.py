@@ -4,34 +4,24 @@ same request, resolved to the same recipe, whichever front end it comes through.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 import vitkit
+from command_lines import api_sections
 from photo_run import VAL_SPLIT
 from tiny_run import TINY
 from vitkit import cli
-from vitkit.recipe.resolve import load_config, parse_override
+from vitkit.recipe.resolve import load_config
 from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.storage import load_state_dict
-
-
-def sections(overrides: list[str]) -> dict[str, dict]:
-    """`section.field=value` strings as the API's keyword sections."""
-    grouped: dict[str, dict] = defaultdict(dict)
-    for item in overrides:
-        key, value = parse_override(item)
-        section, _, name = key.partition(".")
-        grouped[section][name] = value
-    return dict(grouped)
 
 
 def test_train_in_python_is_the_command_line_run(photo_run, tmp_path):
     """The CLI run of the photo_run fixture, repeated through vitkit.train: the same recipe and weights."""
     recipe = load_config(photo_run / RECIPE_NAME)
-    given = sections([*TINY, "optim.warmup_steps=1", "train.batch_size=8", f"data.val_split={VAL_SPLIT}"])
+    given = api_sections([*TINY, "optim.warmup_steps=1", "train.batch_size=8", f"data.val_split={VAL_SPLIT}"])
     given["data"]["source"] = recipe.data.source
     given["train"]["steps"] = 3
     report = vitkit.train(out=tmp_path / "run", quiet=True, **given)
@@ -52,9 +42,9 @@ OVERRIDES = ["optim.lr=1e-3", "model.depth=2", "data.train_subset=1000", "data.w
     ("argv", "call"),
     [
         (["train", "--config", "fashion_mnist_vit", "--steps", "30", *OVERRIDES], lambda: vitkit.train(
-            "fashion_mnist_vit", print_config=True, train={"steps": 30}, **sections(OVERRIDES))),
+            "fashion_mnist_vit", print_config=True, train={"steps": 30}, **api_sections(OVERRIDES))),
         (["train", "--epochs", "0.5", "train.processes=2", *OVERRIDES], lambda: vitkit.train(
-            epochs=0.5, print_config=True, train={"processes": 2}, **sections(OVERRIDES))),
+            epochs=0.5, print_config=True, train={"processes": 2}, **api_sections(OVERRIDES))),
         (["finetune", "--weights", "w", "--config", "photos_finetune", "--steps", "5"], lambda: vitkit.finetune(
             "w", "photos_finetune", print_config=True, train={"steps": 5})),
     ],

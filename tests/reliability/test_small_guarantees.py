@@ -15,14 +15,13 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import vitkit
-from command_lines import resolve
+from command_lines import api_sections, resolve
 from tiny_run import TINY
 from vitkit import cli
 from vitkit.api import ProcessesFailed
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
 from vitkit.evaluation.confusion import plot_confusion
-from vitkit.recipe.resolve import parse_override
 from vitkit.storage import save_state_dict
 
 
@@ -100,16 +99,6 @@ def quiet_run(tmp_path_factory) -> tuple[Path, str]:
     return out, printed.getvalue()
 
 
-def api_sections(overrides: list[str]) -> dict[str, dict[str, object]]:
-    """`section.field=value` overrides as vitkit.train's keyword sections."""
-    sections: dict[str, dict[str, object]] = {}
-    for item in overrides:
-        key, value = parse_override(item)
-        section, _, name = key.partition(".")
-        sections.setdefault(section, {})[name] = value
-    return sections
-
-
 def test_quiet_training_in_python_prints_nothing(quiet_run) -> None:
     run, printed = quiet_run
     assert printed == "" and (run / "report.json").is_file() and (run / "metrics.jsonl").read_text()
@@ -143,11 +132,7 @@ def test_processes_start_alike_from_python_and_the_command_line(tmp_path, monkey
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     settings = [*TINY, "train.processes=2", "train.steps=5"]
     assert cli.main(["train", "--out", str(tmp_path / "cli"), *settings]) == 3
-    sections: dict[str, dict] = {}
-    for key, value in map(parse_override, settings):
-        section, _, name = key.partition(".")
-        sections.setdefault(section, {})[name] = value
     with pytest.raises(ProcessesFailed, match="status 3"):
-        vitkit.train(out=tmp_path / "cli", quiet=True, **sections)
+        vitkit.train(out=tmp_path / "cli", quiet=True, **api_sections(settings))
     assert len(launched) == 2 and launched[0] == launched[1] and launched[0][:2] == (2, 1)
     assert not (tmp_path / "cli").exists()
