@@ -77,7 +77,7 @@ def test_a_resume_follows_the_same_rules_both_ways(tmp_path, capsys):
     refusal = capsys.readouterr().err.strip().removeprefix("vitkit train: error: ")
     with pytest.raises(ValueError) as raised:
         vitkit.train(out=run, resume=True, data={"workers": 2}, optim={"lr": 0.5})
-    assert str(raised.value) == refusal and "optim.lr is 0.002 in the run, 0.5 in the request" in refusal
+    assert str(raised.value) == refusal and "optim.lr is 0.002 in the run, 0.5 given now" in refusal
 
 
 def test_a_mistyped_section_or_field_names_the_nearest():

@@ -170,7 +170,7 @@ def _resumed(request: RecipeRequest, say: Say) -> RunConfig:
         if old[section].get(key) != new[section].get(key)
     }
     differs = [
-        f"{key} is {saved_value!r} in the run, {given_value!r} in the request"
+        f"{key} is {saved_value!r} in the run, {given_value!r} given now"
         for key, (saved_value, given_value) in changed.items()
         if key not in RESUME_MAY_CHANGE
     ]
