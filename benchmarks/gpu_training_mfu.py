@@ -46,8 +46,8 @@ from vitkit.bench.table import environment, format_table
 from vitkit.data import ImageDataset
 from vitkit.flops import count_flops
 from vitkit.precision import choose_precision
+from vitkit.recipe.run_config import ModelSection, RunConfig
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average
-from vitkit.training.recipe import ModelSection, RunConfig
 
 # Dense bf16 tensor-core peaks (no sparsity), TFLOP/s, from NVIDIA's data sheets.
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100": 989.4, "A100": 312.0}

@@ -23,7 +23,7 @@ STEPS = """
 import json, resource, sys, time
 import torch, torch.nn.functional as F
 import vitkit
-from vitkit.training.recipe import RunConfig
+from vitkit.recipe.run_config import RunConfig
 from vitkit.allocator import keep_freed_memory
 
 keep, threads, batch, warmup, steps, eval_batch = sys.argv[1] == "keep", *map(int, sys.argv[2:])

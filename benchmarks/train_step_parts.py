@@ -15,7 +15,7 @@ from torch import nn
 import vitkit
 from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate, paired_ratio
-from vitkit.training.recipe import RunConfig
+from vitkit.recipe.run_config import RunConfig
 
 
 def main() -> None:

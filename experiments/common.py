@@ -17,7 +17,7 @@ import matplotlib
 import torch
 
 from vitkit import cli
-from vitkit.training.recipe import RECIPE_NAME
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.training.report import REPORT_NAME, read_metrics
 
 matplotlib.use("Agg")

@@ -33,8 +33,8 @@ from experiments.common import (
     scaled,
     write_results,
 )
-from vitkit.training.overrides import load_config
-from vitkit.training.recipe import RECIPE_NAME
+from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import RECIPE_NAME
 
 VIT_BUDGET = Family("ViT (R50 hybrid)", "fashion_mnist_vit_budget.toml", HYBRID.tiny)
 MODELS = (VIT_BUDGET, RESNET)

@@ -73,12 +73,12 @@ def test_the_options_constants_read_from_source_are_the_modules():
     from vitkit.commands import _arguments
     from vitkit.data.decode import DEFAULT_MAX_PIXELS, MAX_PIXELS_ENV
     from vitkit.data.pack import FORMATS
-    from vitkit.evaluation.weights import SPLITS
+    from vitkit.evaluation.run_directory import SPLITS
     from vitkit.precision import PRECISIONS
 
     assert _arguments.PRECISIONS == PRECISIONS and _arguments.MAX_PIXELS_ENV == MAX_PIXELS_ENV
     assert _arguments.DEFAULT_MAX_PIXELS == DEFAULT_MAX_PIXELS
-    assert _arguments.literal("vitkit.evaluation.weights", "SPLITS") == SPLITS
+    assert _arguments.literal("vitkit.evaluation.run_directory", "SPLITS") == SPLITS
     assert _arguments.literal("vitkit.data.pack", "FORMATS") == FORMATS
     with pytest.raises(LookupError, match="no literal"):
         _arguments.literal("vitkit.precision", "inference_precision")

@@ -1,6 +1,6 @@
 """The reference pages generated at build time, so they cannot drift from the code they describe.
 
-`recipe_page()`: every field of a recipe (vitkit.training.recipe.RunConfig and its sections) with its type, its
+`recipe_page()`: every field of a recipe (vitkit.recipe.run_config.RunConfig and its sections) with its type, its
 default and its one line of help (the field's `metadata["help"]`). `cli_page()`: the `--help` of every `vitkit`
 command and sub-command, from the argparse parsers vitkit.cli builds. The mkdocs hook `on_files` adds both to
 the site; tests/docs/test_reference.py checks what they contain.
@@ -45,12 +45,12 @@ def cell(text: str) -> str:
 
 
 def recipe_page() -> str:
-    from vitkit.training.recipe import RunConfig
+    from vitkit.recipe.run_config import RunConfig
 
     lines = [
         "# Recipe fields",
         "",
-        "Every field of a recipe, generated from `vitkit.training.recipe` when the site is built. A recipe file",
+        "Every field of a recipe, generated from `vitkit.recipe.run_config` when the site is built. A recipe file",
         "(`configs/*.toml`) has one table per section; any field can be overridden on the command line as",
         "`section.field=value` (`vitkit train optim.lr=1e-3`). A default of `unset` leaves the key out.",
     ]

@@ -10,26 +10,40 @@ unchanged, and a mistyped section or field is an error that names the nearest va
     report = vitkit.finetune("ViT-B_16.npz", "configs/photos_finetune.toml", data={"source": "folder:photos"})
     report = vitkit.finetune("ViT-B_16.npz", "configs/photos_linear.toml", data={"source": "folder:photos"})
 
-`model="ViT-S/16"` is short for `model={"name": "ViT-S/16"}`.
+`model="ViT-S/16"` is short for `model={"name": "ViT-S/16"}`. A call and a command line are the same request
+(vitkit.recipe.resolve.RecipeRequest) resolved by the same resolver and run by `run_resolved`: `resume`,
+`epochs`, `train.processes` (N processes started on this machine) and `print_config=True` (the annotated recipe,
+printed and returned, nothing trained) mean what `--resume`, `--epochs`, `train.processes` and `--print-config` do.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
+import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from vitkit.evaluation.weights import evaluate_weights as evaluate
-from vitkit.training.distributed import launched_world_size
-from vitkit.training.overrides import did_you_mean, load_config
-from vitkit.training.recipe import RECIPE_NAME, SECTIONS, RunConfig, finetune_defaults
-from vitkit.training.resolve import default_run_dir, resolve
+from vitkit.device import resolve_device
+from vitkit.evaluation.run_directory import evaluate_weights as evaluate
+from vitkit.recipe.annotated import annotated_toml
+from vitkit.recipe.resolve import RecipeRequest, did_you_mean, resolve_recipe
+from vitkit.recipe.run_config import SECTIONS, RunConfig
+from vitkit.training.distributed import check_gpus_per_process, launch_processes, launched_world_size
 from vitkit.training.trainer import run_training
 
 __all__ = ["evaluate", "finetune", "train"]
 
 Recipe = str | os.PathLike | RunConfig | None
+
+
+class ProcessesFailed(Exception):
+    """A process of `train.processes` failed with `exit_code`; its own error is on stderr already."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(f"a training process exited with status {exit_code} (its error is printed above)")
+        self.exit_code = exit_code
 
 
 def train(
@@ -39,12 +53,16 @@ def train(
     resume: bool = False,
     epochs: float | None = None,
     quiet: bool = False,
+    print_config: bool = False,
     **sections: dict[str, Any] | str,
 ) -> dict[str, Any]:
-    """Train `recipe` (a TOML path, a RunConfig, or None for the default recipe) with `sections` over it into
-    `out` (default runs/<recipe>-<time>); returns report.json. `epochs` sets the length in passes over the
-    training images instead of train.steps. `resume=True` continues the run in `out` with its saved recipe."""
-    return _run(RunConfig(), "train", recipe, out, resume, epochs, quiet, sections, {})
+    """Train `recipe` (a TOML path or shipped name, a RunConfig, or None for the default recipe) with `sections`
+    over it into `out` (default runs/<recipe>-<time>); returns report.json. `epochs` sets the length in passes over
+    the training images instead of train.steps. `resume=True` continues the run in `out` with its saved recipe."""
+    request = RecipeRequest(
+        "train", recipe, section_settings(sections), None, epochs, resume, out, print_config
+    )
+    return _run(request, quiet, sections)
 
 
 def finetune(
@@ -55,48 +73,61 @@ def finetune(
     resume: bool = False,
     epochs: float | None = None,
     quiet: bool = False,
+    print_config: bool = False,
     **sections: dict[str, Any] | str,
 ) -> dict[str, Any]:
     """Fine-tune `weights` (anything vitkit.load_weights reads) with the paper's recipe (§3.2, B.1.1) or `recipe`
     under `sections`, as `vitkit finetune --weights` does: a zero-initialised head, position embeddings resampled
     to a new `model.img_size`; with train.fit='linear' (configs/photos_linear.toml) a closed-form head on the
     frozen features instead (vitkit.training.linear_head). Returns report.json."""
-    fixed = {"model.weights": str(weights)}
-    return _run(finetune_defaults(), "finetune", recipe, out, resume, epochs, quiet, sections, fixed)
+    request = RecipeRequest(
+        "finetune", recipe, section_settings(sections), str(weights), epochs, resume, out, print_config
+    )
+    return _run(request, quiet, sections)
 
 
-def _run(
-    base: RunConfig,
-    command: str,
-    recipe: Recipe,
-    out: str | os.PathLike | None,
-    resume: bool,
-    epochs: float | None,
-    quiet: bool,
-    sections: dict[str, dict[str, Any] | str],
-    fixed: dict[str, Any],
+def _run(request: RecipeRequest, quiet: bool, sections: dict[str, Any]) -> dict[str, Any]:
+    config = resolve_recipe(request, say=None if quiet else print)
+    call = f"vitkit.{request.command}({', '.join(_arguments(request, sections))})"
+    return run_resolved(request, config, command=[call], quiet=quiet)
+
+
+def run_resolved(
+    request: RecipeRequest, config: RunConfig, *, command: list[str], quiet: bool = False
 ) -> dict[str, Any]:
-    settings = [*fixed.items(), *section_settings(sections)]
-    if resume:
-        if out is None or recipe is not None or settings[len(fixed) :] or epochs is not None:
-            raise ValueError("resume=True continues the saved recipe of the run in `out`: give `out` only")
-        config = load_config(Path(out) / RECIPE_NAME)
-    else:
-        if isinstance(recipe, RunConfig):
-            config = copy.deepcopy(recipe)  # the caller's config stays as it was
-        else:
-            config = load_config(Path(recipe), base) if recipe is not None else base
-        config = resolve(config, settings, epochs=epochs, say=None if quiet else print)
-    name = Path(recipe).stem if isinstance(recipe, (str, os.PathLike)) else command
-    run_dir = Path(out) if out is not None else default_run_dir(name)
-    if config.train.processes > 1 and launched_world_size() == 1:
-        raise ValueError(
-            f"train.processes={config.train.processes}: vitkit.{command}() trains in this one process; start the "
-            f"processes from the command line (vitkit {command} ... train.processes={config.train.processes}) "
-            f"or run this script under torchrun --nproc_per_node {config.train.processes}"
-        )
-    call = f"vitkit.{command}({', '.join(_arguments(recipe, out, fixed, sections, epochs, resume))})"
-    return run_training(config, run_dir, resume=resume, command=[call], quiet=quiet)
+    """Run `config`, resolved from `request`, as both front ends do: with `print_config` print the annotated
+    recipe and return it as {"config": text}; with `train.processes` N > 1 (and no launcher around this
+    process) start N processes on this machine, as `torchrun --standalone --nproc_per_node N` would, each running
+    the request's command line; else train here. Returns report.json ({} in processes other than rank 0).
+    `command` is what started the run, for run.json."""
+    if request.print_config:
+        text = annotated_toml(config)
+        print(text, end="")
+        return {"config": text}
+    run_dir = request.run_dir()
+    if starts_processes(config):
+        return _in_processes(request, config, run_dir)
+    return run_training(config, run_dir, resume=request.resume, command=command, quiet=quiet)
+
+
+def starts_processes(config: RunConfig) -> bool:
+    """Whether running `config` here starts its `train.processes` (none when a launcher started this one)."""
+    return config.train.processes > 1 and launched_world_size() == 1
+
+
+def _in_processes(request: RecipeRequest, config: RunConfig, run_dir: Path) -> dict[str, Any]:
+    """report.json of the run that `train.processes` processes of `vitkit <the request>` train into `run_dir`; a
+    RunConfig recipe goes to them as a TOML file. A failed process is ProcessesFailed."""
+    check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
+    with tempfile.TemporaryDirectory(prefix="vitkit-recipe-") as folder:
+        if isinstance(request.recipe, RunConfig):
+            path = Path(folder) / "recipe.toml"
+            path.write_text(request.recipe.to_toml())
+            request = dataclasses.replace(request, recipe=path)
+        code = launch_processes(config.train.processes, config.train.threads, request.command_line(run_dir))
+    if code:
+        raise ProcessesFailed(code)
+    return json.loads((run_dir / "report.json").read_text())
 
 
 def section_settings(sections: dict[str, dict[str, Any] | str]) -> list[tuple[str, Any]]:
@@ -114,13 +145,12 @@ def section_settings(sections: dict[str, dict[str, Any] | str]) -> list[tuple[st
     return settings
 
 
-def _arguments(
-    recipe: Recipe, out: Any, fixed: dict[str, Any], sections: dict[str, Any], epochs: Any, resume: bool
-) -> list[str]:
+def _arguments(request: RecipeRequest, sections: dict[str, Any]) -> list[str]:
     """The call's arguments as Python source, for run.json: what started the run, as a command line would."""
-    given = [repr(v) for v in fixed.values()]
+    recipe = request.recipe
+    given = [repr(request.weights)] if request.weights is not None else []
     given += [repr(str(recipe))] if isinstance(recipe, (str, os.PathLike)) else []
     given += ["<RunConfig>"] if isinstance(recipe, RunConfig) else []
-    named = {"out": out, "epochs": epochs, "resume": resume or None, **sections}
+    named = {"out": request.out, "epochs": request.epochs, "resume": request.resume or None, **sections}
     given += [f"{key}={value!r}" for key, value in named.items() if value is not None]
     return given

@@ -7,8 +7,8 @@ import json
 
 from vitkit import cli
 from vitkit.data.builtin import SYNTHETIC_CLASSES
-from vitkit.training.overrides import load_config
-from vitkit.training.recipe import RECIPE_NAME
+from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import RECIPE_NAME
 
 
 def test_fewshot_measures_a_run_on_its_own_data_and_names_its_classes(photo_run, tmp_path, capsys):

@@ -1,35 +1,27 @@
-"""The Python API: vitkit.train / vitkit.finetune / vitkit.evaluate do what the commands do, from a notebook."""
+"""The Python API: vitkit.train / vitkit.finetune / vitkit.evaluate do what the commands do, from a notebook: the
+same request, resolved to the same recipe, whichever front end it comes through."""
 
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 import vitkit
+from command_lines import api_sections
 from photo_run import VAL_SPLIT
 from tiny_run import TINY
+from vitkit import cli
+from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.storage import load_state_dict
-from vitkit.training.overrides import load_config, parse_override
-from vitkit.training.recipe import RECIPE_NAME
-
-
-def sections(overrides: list[str]) -> dict[str, dict]:
-    """`section.field=value` strings as the API's keyword sections."""
-    grouped: dict[str, dict] = defaultdict(dict)
-    for item in overrides:
-        key, value = parse_override(item)
-        section, _, name = key.partition(".")
-        grouped[section][name] = value
-    return dict(grouped)
 
 
 def test_train_in_python_is_the_command_line_run(photo_run, tmp_path):
     """The CLI run of the photo_run fixture, repeated through vitkit.train: the same recipe and weights."""
     recipe = load_config(photo_run / RECIPE_NAME)
-    given = sections([*TINY, "optim.warmup_steps=1", "train.batch_size=8", f"data.val_split={VAL_SPLIT}"])
+    given = api_sections([*TINY, "optim.warmup_steps=1", "train.batch_size=8", f"data.val_split={VAL_SPLIT}"])
     given["data"]["source"] = recipe.data.source
     given["train"]["steps"] = 3
     report = vitkit.train(out=tmp_path / "run", quiet=True, **given)
@@ -41,6 +33,51 @@ def test_train_in_python_is_the_command_line_run(photo_run, tmp_path):
     assert report["val_top1"] == json.loads((photo_run / "report.json").read_text())["val_top1"]
     start = json.loads((tmp_path / "run" / "run.json").read_text())["starts"][0]
     assert start["command"][0].startswith("vitkit.train(out=") and start["torch"] and start["vitkit"]
+
+
+OVERRIDES = ["optim.lr=1e-3", "model.depth=2", "data.train_subset=1000", "data.workers=1"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "call"),
+    [
+        (["train", "--config", "fashion_mnist_vit", "--steps", "30", *OVERRIDES], lambda: vitkit.train(
+            "fashion_mnist_vit", print_config=True, train={"steps": 30}, **api_sections(OVERRIDES))),
+        (["train", "--epochs", "0.5", "train.processes=2", *OVERRIDES], lambda: vitkit.train(
+            epochs=0.5, print_config=True, train={"processes": 2}, **api_sections(OVERRIDES))),
+        (["finetune", "--weights", "w", "--config", "photos_finetune", "--steps", "5"], lambda: vitkit.finetune(
+            "w", "photos_finetune", print_config=True, train={"steps": 5})),
+    ],
+    ids=["recipe-steps", "default-epochs-processes", "finetune"],
+)  # fmt: skip
+def test_the_same_request_resolves_to_the_same_recipe_both_ways(argv, call, capsys):
+    """--print-config and print_config=True print the same annotated recipe (the call returns it too): run
+    length, epochs counted on the data, the warmup fitted, processes and threads settled, the model named."""
+    assert cli.main([*argv, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    returned = call()
+    assert capsys.readouterr().out == printed == returned["config"]
+    assert printed.startswith("[model]") and "instead of the recipe's" not in printed  # the recipe only
+
+
+def test_a_resume_follows_the_same_rules_both_ways(tmp_path, capsys):
+    """A resume continues the saved recipe from either front end: a change in how data is read is taken, a change
+    in what is computed is the same one-line refusal."""
+    run = tmp_path / "run"
+    assert cli.main(["train", "--steps", "30", "--out", str(run), "--print-config"]) == 0
+    run.mkdir()
+    (run / RECIPE_NAME).write_text(capsys.readouterr().out)
+    resume = ["train", "--out", str(run), "--resume", "data.workers=2"]
+    assert cli.main([*resume, "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert "workers = 2" in printed and "steps = 30" in printed
+    assert vitkit.train(out=run, resume=True, data={"workers": 2}, print_config=True)["config"] == printed
+    capsys.readouterr()
+    assert cli.main([*resume, "optim.lr=0.5"]) == 2
+    refusal = capsys.readouterr().err.strip().removeprefix("vitkit train: error: ")
+    with pytest.raises(ValueError) as raised:
+        vitkit.train(out=run, resume=True, data={"workers": 2}, optim={"lr": 0.5})
+    assert str(raised.value) == refusal and "optim.lr is 0.002 in the run, 0.5 given now" in refusal
 
 
 def test_a_mistyped_section_or_field_names_the_nearest():

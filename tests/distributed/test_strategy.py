@@ -4,9 +4,9 @@ import pytest
 
 from vitkit import collectives
 from vitkit.models import create_model
+from vitkit.recipe.resolve import apply_overrides
+from vitkit.recipe.run_config import RunConfig
 from vitkit.training import distributed
-from vitkit.training.overrides import apply_overrides
-from vitkit.training.recipe import RunConfig
 
 
 def test_one_process_trains_the_plain_model_whatever_the_strategy():

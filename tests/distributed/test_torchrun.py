@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import vitkit
+from command_lines import api_sections
 from image_collections import write_folder
 from vitkit import cli
 from vitkit.training import checkpoint as ckpt
@@ -98,6 +100,17 @@ def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny, monkeypat
     assert json.loads((run / "report.json").read_text())["world_size"] == 2
     assert losses(run) == pytest.approx(losses(ddp), rel=1e-6)
     assert "processes = 2" in (run / "config.toml").read_text()
+
+
+def test_train_processes_from_python_start_the_ranks_too(runs, tmp_path, tiny, monkeypatch):
+    """vitkit.train(train={"processes": 2}) starts the ranks as the command line does: the torchrun run again."""
+    _, ddp, _ = runs
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    settings = [f"train.steps={STEPS}", "train.checkpoint_every=10", *tiny, "train.strategy=ddp"]
+    report = vitkit.train(out=tmp_path / "run", quiet=True, **api_sections([*settings, "train.processes=2"]))
+    assert report["world_size"] == 2
+    assert losses(tmp_path / "run") == pytest.approx(losses(ddp), rel=1e-6)
 
 
 def test_train_processes_reports_a_failed_rank_in_one_line(tmp_path, tiny, monkeypatch, capfd):

@@ -10,7 +10,7 @@ from docs.hooks.reference import cli_page, field_default, recipe_page, subcomman
 from docs.hooks.root_pages import site_markdown
 
 from vitkit.cli import build_parser
-from vitkit.training.recipe import RunConfig
+from vitkit.recipe.run_config import RunConfig
 
 
 def test_every_recipe_field_is_listed_with_its_default() -> None:
@@ -37,7 +37,7 @@ def test_a_field_help_line_is_shown(monkeypatch) -> None:
     class Config:
         extra: Section = dataclasses.field(default_factory=Section)
 
-    monkeypatch.setattr("vitkit.training.recipe.RunConfig", Config)
+    monkeypatch.setattr("vitkit.recipe.run_config.RunConfig", Config)
     assert "| `extra.size` | int | `3` | how many \\| at most |" in recipe_page()
 
 

@@ -149,7 +149,9 @@ def earlier_report(weights, tmp_path) -> tuple[str, Path]:
 
 def test_evaluate_out_refuses_to_replace_its_files(weights, earlier_report, monkeypatch):
     data, out = earlier_report
-    monkeypatch.setattr("vitkit.evaluation.weights.load_weights", lambda *a, **k: pytest.fail("loaded first"))
+    monkeypatch.setattr(
+        "vitkit.evaluation.run_directory.load_weights", lambda *a, **k: pytest.fail("loaded first")
+    )
     with pytest.raises(ValueError, match=r"eval_test.json: exists; pass --overwrite to replace it"):
         vitkit.evaluate(weights, data, out=out)
     assert (out / "eval_test.json").read_text() == "an earlier report of mine"

@@ -20,8 +20,8 @@ import pytest
 
 from hostile_files import grey_folder
 from tiny_run import TINY
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.training.checkpoint import CHECKPOINT_DIR
-from vitkit.training.recipe import RECIPE_NAME
 from vitkit.training.rundir import RunDirLock
 
 EXIT_SECONDS = 10

@@ -1,6 +1,6 @@
 """The smaller guarantees: an absurd step count refused before a run directory exists, identical safetensors
 bytes from identical saves, a DataLoader worker's error as one line, names users control drawn safely; the Python
-API's bad arguments as one-line errors naming them, its quiet=True silent, its train.processes never ignored."""
+API's bad arguments as one-line errors naming them, its quiet=True silent, its train.processes started as the command line starts them."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import vitkit
+from command_lines import api_sections, resolve
 from tiny_run import TINY
 from vitkit import cli
+from vitkit.api import ProcessesFailed
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
 from vitkit.evaluation.confusion import plot_confusion
 from vitkit.storage import save_state_dict
-from vitkit.training.overrides import parse_override
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
@@ -98,16 +99,6 @@ def quiet_run(tmp_path_factory) -> tuple[Path, str]:
     return out, printed.getvalue()
 
 
-def api_sections(overrides: list[str]) -> dict[str, dict[str, object]]:
-    """`section.field=value` overrides as vitkit.train's keyword sections."""
-    sections: dict[str, dict[str, object]] = {}
-    for item in overrides:
-        key, value = parse_override(item)
-        section, _, name = key.partition(".")
-        sections.setdefault(section, {})[name] = value
-    return sections
-
-
 def test_quiet_training_in_python_prints_nothing(quiet_run) -> None:
     run, printed = quiet_run
     assert printed == "" and (run / "report.json").is_file() and (run / "metrics.jsonl").read_text()
@@ -127,10 +118,21 @@ def test_bad_evaluate_arguments_are_one_line_errors_naming_them(quiet_run, argum
     assert str(raised.value) == message
 
 
-def test_processes_in_python_are_refused_not_ignored(tmp_path) -> None:
-    """vitkit.train() runs in its own process: asked for 2, it says how to start them rather than train in 1."""
-    with pytest.raises(
-        ValueError, match=r"^train.processes=2: vitkit.train\(\) trains in this one process; "
-    ):
-        vitkit.train(out=tmp_path / "run", quiet=True, train={"processes": 2})
-    assert not (tmp_path / "run").exists()
+def test_processes_start_alike_from_python_and_the_command_line(tmp_path, monkeypatch) -> None:
+    """train.processes=2 from vitkit.train() starts 2 processes as `vitkit train` does: the launcher gets the same
+    count, threads and a command line that resolves to the same recipe; a failed process is the command's exit
+    code, and ProcessesFailed from Python."""
+    launched = []
+
+    def launcher(processes: int, threads: int, argv: list[str]) -> int:
+        launched.append((processes, threads, resolve(argv).to_dict()))
+        return 3
+
+    monkeypatch.setattr("vitkit.api.launch_processes", launcher)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    settings = [*TINY, "train.processes=2", "train.steps=5"]
+    assert cli.main(["train", "--out", str(tmp_path / "cli"), *settings]) == 3
+    with pytest.raises(ProcessesFailed, match="status 3"):
+        vitkit.train(out=tmp_path / "cli", quiet=True, **api_sections(settings))
+    assert len(launched) == 2 and launched[0] == launched[1] and launched[0][:2] == (2, 1)
+    assert not (tmp_path / "cli").exists()

@@ -11,9 +11,9 @@ import torch
 import vitkit
 from command_lines import resolve
 from vitkit import cli
+from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import RunConfig, finetune_defaults
 from vitkit.training.build import build_run_model
-from vitkit.training.overrides import load_config
-from vitkit.training.recipe import RunConfig, finetune_defaults
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from vitkit import cli
+from vitkit.recipe.run_config import TrainSection
 from vitkit.storage import load_state_dict
 from vitkit.training.build import use_cuda_graph
-from vitkit.training.recipe import TrainSection
 from vitkit.training.report import read_metrics
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

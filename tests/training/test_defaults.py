@@ -12,7 +12,7 @@ import pytest
 from command_lines import resolve
 from vitkit.models.config import to_pair
 from vitkit.models.registry import model_config
-from vitkit.training.recipe import RunConfig
+from vitkit.recipe.run_config import RunConfig
 
 DOCS = Path(__file__).parents[2] / "docs"
 
@@ -91,9 +91,9 @@ def test_a_relative_folder_is_saved_as_an_absolute_path(photos, monkeypatch):
 
 
 def test_threads_default_to_the_cores_this_process_may_use(monkeypatch, capsys):
-    from vitkit.training import defaults
+    from vitkit.recipe import resolve as resolver
 
-    monkeypatch.setattr(defaults.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    monkeypatch.setattr(resolver.os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert RunConfig().train.threads == 0  # the recipe's default: settled when resolved
     assert resolve(["train"]).train.threads == 8

@@ -4,8 +4,8 @@ not fill a last batch (every step has the same batch size)."""
 from __future__ import annotations
 
 from vitkit.data import balanced_subset, load_dataset
+from vitkit.recipe.run_config import TrainSection
 from vitkit.training.build import RunData
-from vitkit.training.recipe import TrainSection
 
 
 def test_images_that_do_not_fill_a_batch_are_said():

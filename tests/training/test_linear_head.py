@@ -18,10 +18,9 @@ from vitkit import cli
 from vitkit.cache import CACHE_ENV
 from vitkit.data import FolderSource
 from vitkit.evaluation.fewshot import extract_features, precompute
+from vitkit.recipe.resolve import RecipeRequest, load_config, resolve_recipe
 from vitkit.training.features import weights_digest
 from vitkit.training.linear_head import chosen_l2, cross_validated, fold_of
-from vitkit.training.overrides import load_config
-from vitkit.training.resolve import resolve
 
 ROOT = Path(__file__).parents[2]
 RECIPE = str(ROOT / "configs" / "photos_linear.toml")
@@ -127,27 +126,29 @@ def test_linear_needs_weights_and_does_not_resume(weights, photos, tmp_path, cap
     assert "no steps to resume" in capsys.readouterr().err
 
 
+def finetuning(recipe: str, settings: list[tuple[str, object]], say=print):
+    """The recipe `vitkit finetune --weights w --config <recipe>` with `settings` resolves to."""
+    request = RecipeRequest("finetune", ROOT / "configs" / recipe, settings, weights="w")
+    return resolve_recipe(request, say=say)
+
+
 def test_a_recipe_length_in_epochs_follows_the_folder(photos, capsys):
-    config = load_config(ROOT / "configs" / "photos_finetune.toml")
-    source = [("data.source", f"folder:{photos}"), ("model.weights", "w"), ("train.batch_size", 8)]
-    epochs = config.train.epochs
-    resolved = resolve(config, source)
+    epochs = load_config(ROOT / "configs" / "photos_finetune.toml").train.epochs
+    source = [("data.source", f"folder:{photos}"), ("train.batch_size", 8)]
+    resolved = finetuning("photos_finetune.toml", source)
     assert resolved.train.steps == int(np.ceil(epochs * 60 / 8)) and resolved.train.epochs == 0
     assert resolved.optim.warmup_steps < resolved.train.steps
     assert f"{epochs:g} epochs: {resolved.train.steps} steps" in capsys.readouterr().out
-    trial = resolve(load_config(ROOT / "configs" / "photos_finetune.toml"), [*source, ("train.steps", 3)])
-    assert trial.train.steps == 3
+    assert finetuning("photos_finetune.toml", [*source, ("train.steps", 3)]).train.steps == 3
     with pytest.raises(ValueError, match="once"):
-        resolve(load_config(ROOT / "configs" / "photos_finetune.toml"),
-                [*source, ("train.steps", 3), ("train.epochs", 2.0)])  # fmt: skip
+        finetuning("photos_finetune.toml", [*source, ("train.steps", 3), ("train.epochs", 2.0)])
 
 
 def test_linear_l2_takes_a_list_of_numbers():
-    config = load_config(ROOT / "configs" / "photos_linear.toml")
-    resolved = resolve(config, [("model.weights", "w"), ("train.linear_l2", [1, 2.5])], say=None)
+    resolved = finetuning("photos_linear.toml", [("train.linear_l2", [1, 2.5])], say=None)
     assert resolved.train.linear_l2 == [1.0, 2.5]
     with pytest.raises(ValueError, match="train.linear_l2"):
-        resolve(load_config(ROOT / "configs" / "photos_linear.toml"), [("train.linear_l2", "x")], say=None)
+        finetuning("photos_linear.toml", [("train.linear_l2", "x")], say=None)
 
 
 def test_a_stream_of_shards_is_refused_in_one_line(weights, photos, tmp_path, capsys):

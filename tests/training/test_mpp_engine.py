@@ -15,11 +15,11 @@ from vitkit import cli
 from vitkit.data import balanced_subset, load_dataset
 from vitkit.models import ResNetConfig, build_model, config_from_dict
 from vitkit.models.vit import VisionTransformer
+from vitkit.recipe.resolve import apply_overrides
+from vitkit.recipe.run_config import RunConfig, finetune_defaults
 from vitkit.storage import load_state_dict, read_config
 from vitkit.training import build, trainer
 from vitkit.training.optim import parameter_groups
-from vitkit.training.overrides import apply_overrides
-from vitkit.training.recipe import RunConfig, finetune_defaults
 from vitkit.training.report import read_metrics
 
 STEPS = 60

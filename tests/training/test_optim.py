@@ -7,10 +7,10 @@ import torch
 import torch.nn.functional as F
 
 from vitkit import create_model
+from vitkit.recipe.run_config import OptimSection
 from vitkit.training.averaging import ema_model
 from vitkit.training.objectives import classification_loss
 from vitkit.training.optim import build_optimizer, learning_rate
-from vitkit.training.recipe import OptimSection
 
 
 def tiny_vit():

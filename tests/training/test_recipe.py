@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from vitkit.training.overrides import apply_overrides, from_dict, load_config, parse_value
-from vitkit.training.recipe import RunConfig, finetune_defaults
+from vitkit.recipe.resolve import apply_overrides, from_dict, load_config, parse_value
+from vitkit.recipe.run_config import RunConfig, finetune_defaults
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 

@@ -6,9 +6,9 @@ from types import SimpleNamespace
 
 import torch
 
+from vitkit.recipe.run_config import TrainSection
 from vitkit.training import progress
 from vitkit.training.progress import RunLog
-from vitkit.training.recipe import TrainSection
 
 
 def test_the_plan_is_said_after_the_first_step_and_again_from_the_next_two(tmp_path, capsys, monkeypatch):

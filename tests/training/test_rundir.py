@@ -14,8 +14,8 @@ import pytest
 
 from tiny_run import TINY
 from vitkit import cli
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.training.checkpoint import CHECKPOINT_DIR
-from vitkit.training.recipe import RECIPE_NAME
 from vitkit.training.rundir import RunDirBusy, RunDirLock
 
 
@@ -90,7 +90,7 @@ def test_the_resume_mismatch_names_only_the_differing_fields(
     before = sorted(p.name for p in finished_run.iterdir())
     assert cli.main(["train", "--out", str(finished_run), "--resume", "optim.lr=0.1", "train.seed=0"]) == 2
     error = capsys.readouterr().err
-    assert "optim.lr is 0.002 in the run, 0.1 on the command line" in error
+    assert "optim.lr is 0.002 in the run, 0.1 given now" in error
     assert error.count(" in the run, ") == 1  # not the recipe's other fields (model.*, train.batch_size, ...)
     assert sorted(p.name for p in finished_run.iterdir()) == before
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import vitkit
-from vitkit.configs import RECIPES_DIR, recipe_file, shipped_recipes
-from vitkit.training.overrides import load_config
+from vitkit.configs import RECIPES_DIR, shipped_recipes
+from vitkit.recipe.resolve import load_config, recipe_file
 
 ROOT = Path(__file__).parents[2]
 

@@ -11,8 +11,8 @@ import pytest
 
 from command_lines import resolve
 from vitkit import cli
-from vitkit.training.overrides import apply_overrides, from_dict
-from vitkit.training.recipe import SECTIONS, RunConfig
+from vitkit.recipe.resolve import apply_overrides, from_dict
+from vitkit.recipe.run_config import SECTIONS, RunConfig
 
 
 def test_flags_are_shorthands_for_the_dotted_keys():

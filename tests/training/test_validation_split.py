@@ -6,9 +6,9 @@ import torch
 import vitkit
 from vitkit.data import hold_out, load_dataset
 from vitkit.evaluation import evaluate_model
+from vitkit.recipe.resolve import apply_overrides
+from vitkit.recipe.run_config import RunConfig
 from vitkit.training import trainer
-from vitkit.training.overrides import apply_overrides
-from vitkit.training.recipe import RunConfig
 from vitkit.training.report import read_metrics
 
 

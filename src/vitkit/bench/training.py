@@ -44,10 +44,10 @@ from vitkit.data import ImageDataset, TrainTransform, global_batch_indices, load
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import Trainable
 from vitkit.precision import choose_precision
+from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import ModelSection, RunConfig
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average, train_transform
 from vitkit.training.distributed import resolve_strategy
-from vitkit.training.overrides import load_config
-from vitkit.training.recipe import ModelSection, RunConfig
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"

@@ -1,14 +1,14 @@
 """`vitkit eval --weights W`: top-1 / top-5 accuracy, per-class accuracy by name and a confusion-matrix PNG.
 
 A run directory is evaluated on its own data (its validation split when it held one out, else test) and the
-results go into it (vitkit.evaluation.weights); `--data`, `--split` and `--out` choose otherwise.
+results go into it (vitkit.evaluation.run_directory); `--data`, `--split` and `--out` choose otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from vitkit.evaluation.weights import evaluate_weights
+from vitkit.evaluation.run_directory import evaluate_weights
 
 
 def run(args: argparse.Namespace) -> int:

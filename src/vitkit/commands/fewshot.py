@@ -12,7 +12,7 @@ import torch
 from vitkit import load_weights
 from vitkit.data import open_source
 from vitkit.evaluation.fewshot import FewShotEvaluator
-from vitkit.evaluation.weights import run_recipe
+from vitkit.evaluation.run_directory import run_recipe
 from vitkit.precision import inference_precision
 
 

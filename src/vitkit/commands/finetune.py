@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 
 from vitkit.commands import train
-from vitkit.training.recipe import finetune_defaults
 
 
 def run(args: argparse.Namespace) -> int:
-    return train.resolve_and_train(args, finetune_defaults(), "finetune", {"model.weights": args.weights})
+    return train.train_request(args, train.request_from(args, "finetune", args.weights))

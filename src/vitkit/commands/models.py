@@ -13,7 +13,7 @@ from typing import Any
 
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import MODELS, create_model, list_models
-from vitkit.training.overrides import load_config
+from vitkit.recipe.resolve import load_config
 
 
 def selection(args: argparse.Namespace) -> tuple[list[str], dict[str, Any]]:

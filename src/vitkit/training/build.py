@@ -26,13 +26,13 @@ from vitkit.data import (
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Trainable, build_model, create_model
 from vitkit.precision import Precision, autocast, model_signature, training_precision
+from vitkit.recipe.run_config import DataSection, RunConfig, TrainSection
 from vitkit.storage import CONFIG_NAME, pop_class_names
 from vitkit.training.averaging import ema_model
 from vitkit.training.checkpoint import SavedCheckpoint
 from vitkit.training.distributed import data_parallel
 from vitkit.training.objectives import Forward, objective_for
 from vitkit.training.optim import build_optimizer
-from vitkit.training.recipe import DataSection, RunConfig, TrainSection
 from vitkit.training.step import TrainStep
 from vitkit.weights import load_weights
 

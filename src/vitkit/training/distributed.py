@@ -29,8 +29,8 @@ from torch import nn
 
 from vitkit.collectives import world
 from vitkit.models.registry import Trainable, build_model
+from vitkit.recipe.run_config import STRATEGIES  # ("auto", "ddp", "fsdp")
 from vitkit.training.objectives import Forward
-from vitkit.training.recipe import STRATEGIES  # ("auto", "ddp", "fsdp")
 
 
 def launched_world_size() -> int:

@@ -27,12 +27,12 @@ from vitkit.evaluation.fewshot import lsr_accuracy, precompute
 from vitkit.flops import count_parameters
 from vitkit.models.registry import Model
 from vitkit.precision import inference_precision
+from vitkit.recipe.run_config import RunConfig
 from vitkit.sizes import to_pair
 from vitkit.storage import FINAL_DIR, save_pretrained
 from vitkit.training.build import build_run_model, open_data
 from vitkit.training.features import FeatureStore, split_features, store_path
 from vitkit.training.provenance import record_start, start_record
-from vitkit.training.recipe import RunConfig
 from vitkit.training.report import CONFUSION_NAME, count_skipped, write_report
 from vitkit.training.rundir import RunDirLock, create_run_dir, open_run_dir
 

@@ -23,7 +23,8 @@ from vitkit.models.mpp import MaskedPatchPrediction
 from vitkit.models.registry import Model, Trainable
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import Precision
-from vitkit.training.recipe import TrainSection
+from vitkit.recipe.run_config import OBJECTIVES as RECIPE_OBJECTIVES
+from vitkit.recipe.run_config import TrainSection
 
 Forward = Callable[..., torch.Tensor]  # what a step calls: the model, its DDP wrapper or its compiled form
 LossFunction = Callable[
@@ -172,10 +173,10 @@ class MaskedPatches:
         return f"masked patch prediction of {self.target}"
 
 
-OBJECTIVES: dict[str, Callable[[TrainSection], Objective]] = {
-    "classification": Classification,
-    "mpp": MaskedPatches,
-}
+# The implementation of each name the recipe accepts (vitkit.recipe.run_config.OBJECTIVES, the one list), in its order.
+OBJECTIVES: dict[str, Callable[[TrainSection], Objective]] = dict(
+    zip(RECIPE_OBJECTIVES, (Classification, MaskedPatches), strict=True)
+)
 
 
 def objective_for(train: TrainSection) -> Objective:

@@ -10,7 +10,7 @@ import math
 import torch
 
 from vitkit.models.registry import Trainable
-from vitkit.training.recipe import OptimSection
+from vitkit.recipe.run_config import OptimSection
 
 
 def parameter_groups(model: Trainable, weight_decay: float) -> list[dict]:

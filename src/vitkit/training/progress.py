@@ -18,7 +18,7 @@ import torch
 from tqdm import tqdm
 
 from vitkit.collectives import world
-from vitkit.training.recipe import TrainSection
+from vitkit.recipe.run_config import TrainSection
 from vitkit.training.report import MetricsLog, format_metrics
 from vitkit.training.step import PendingLosses
 from vitkit.training.timing import StepSplit

@@ -15,9 +15,9 @@ from torch import nn
 from vitkit.data import Source
 from vitkit.evaluation.confusion import plot_confusion
 from vitkit.flops import count_parameters
+from vitkit.recipe.run_config import RunConfig
 from vitkit.shutdown import bounded
 from vitkit.storage import FINAL_DIR, atomic_write, atomic_write_text, save_pretrained
-from vitkit.training.recipe import RunConfig
 
 METRICS_NAME = "metrics.jsonl"
 REPORT_NAME = "report.json"

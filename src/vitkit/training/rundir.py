@@ -22,9 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+from vitkit.recipe.run_config import RECIPE_NAME, RunConfig
 from vitkit.storage import FINAL_DIR, atomic_write_text
 from vitkit.training.checkpoint import CHECKPOINT_DIR, SavedCheckpoint, latest_checkpoint, read_checkpoint
-from vitkit.training.recipe import RECIPE_NAME, RunConfig
 
 LOCK_NAME = ".lock"
 HOLDER = re.compile(r"process (\d+) on host (\S+)")

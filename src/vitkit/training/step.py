@@ -19,11 +19,11 @@ from torch.optim.swa_utils import AveragedModel
 from vitkit.collectives import all_reduce_mean, world
 from vitkit.data import Batch, TrainBatches, TrainTransform
 from vitkit.precision import Precision
+from vitkit.recipe.run_config import OptimSection, TrainSection
 from vitkit.training.distributed import gradient_sync
 from vitkit.training.graph import GraphedUpdate
 from vitkit.training.objectives import Forward, LossFunction
 from vitkit.training.optim import learning_rate, set_learning_rate
-from vitkit.training.recipe import OptimSection, TrainSection
 from vitkit.training.timing import NO_SPLIT, StepSplit
 
 

@@ -19,6 +19,7 @@ from vitkit.evaluation.evaluators import Evaluator, OnPart, due
 from vitkit.evaluation.fewshot import FewShotEvaluator
 from vitkit.flops import count_parameters
 from vitkit.models.registry import Trainable
+from vitkit.recipe.run_config import RECIPE_NAME, RunConfig
 from vitkit.storage import DiskFull, is_disk_full
 from vitkit.training import report
 from vitkit.training.build import (
@@ -41,7 +42,6 @@ from vitkit.training.linear_head import fit_linear
 from vitkit.training.objectives import objective_for
 from vitkit.training.progress import RunLog
 from vitkit.training.provenance import record_start, start_record
-from vitkit.training.recipe import RECIPE_NAME, RunConfig
 from vitkit.training.rundir import RunDirLock, create_run_dir, open_run_dir
 from vitkit.training.step import NonFiniteLoss
 

@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", help="where the named dataset lives")
     parser.add_argument(
         "--split",
-        choices=literal("vitkit.evaluation.weights", "SPLITS"),
+        choices=literal("vitkit.evaluation.run_directory", "SPLITS"),
         help="default: the run's held-out validation images when it has them (data.val_split), else test",
     )
     parser.add_argument("--on-corrupt", default="stop", choices=("stop", "skip"), help="unreadable images")

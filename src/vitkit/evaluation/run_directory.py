@@ -22,9 +22,9 @@ from vitkit.evaluation.accuracy import evaluate_model
 from vitkit.evaluation.confusion import plot_confusion
 from vitkit.evaluation.labels import class_labels, per_class
 from vitkit.precision import inference_precision
+from vitkit.recipe.resolve import load_config
+from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.storage import atomic_write_text
-from vitkit.training.overrides import load_config
-from vitkit.training.recipe import RECIPE_NAME
 from vitkit.weights import load_weights
 
 SPLITS = ("train", "test", "val")

@@ -1,12 +1,17 @@
 """Run configurations as data: a recipe is four dataclass sections ([model], [data], [optim], [train]).
 
-Recipes are TOML files: a path, or a shipped recipe by name (vitkit.configs; the checkout's configs/); any field
-can be overridden as `section.field=value` (vitkit.training.overrides). Every field carries one line of help (`option`), which `vitkit train --print-config`
-shows beside its value and default. The dataclass defaults are the default recipe: the small Fashion-MNIST ViT
-that `vitkit train` runs in minutes on a CPU (docs/RESULTS.md); the model follows the data
-(vitkit.training.defaults) unless one is named. `finetune_defaults()` is the paper's fine-tuning recipe (§3.2,
-B.1.1): SGD with momentum 0.9, no weight decay, cosine decay, gradient clipping at 1, batch 512, Polyak
-averaging 0.9999.
+Recipes are TOML files: a path, or a shipped recipe by name (vitkit.configs); any field can be overridden as
+`section.field=value` (vitkit.recipe.resolve). Every field carries one line of help, which `--print-config` shows
+beside its value and default, and the values it may take where they are a fixed set, which `validate` checks.
+The dataclass defaults are the default recipe: the small Fashion-MNIST ViT that `vitkit train` runs in minutes on
+a CPU (docs/RESULTS.md). `finetune_defaults()` is the paper's fine-tuning recipe (§3.2, B.1.1).
+
+A named model is the registry's variant as it is (224 px, RGB, its own classifier), whatever the data. With no
+model named the data decides (`default_model`): the built-in small sets train ViT-Mini/4 (width 96, depth 4, 4x4
+patches, global average pooling) at their own scale, 28x28 grey (Fashion-MNIST, digits: upsampled, so a
+Fashion-MNIST run fine-tunes on them unchanged) or 32x32 RGB (CIFAR, synthetic); image collections (`folder:`,
+`hf:`, `wds:`, a directory) train ViT-Ti/16 at 224 px, the smallest of the paper's family at the resolution and
+patches of the published checkpoints, so a run from scratch and a fine-tuned ViT-B/16 see the same 14x14 grid.
 """
 
 from __future__ import annotations
@@ -19,11 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitkit.data.transforms import CROPS
-from vitkit.models.config import ViTConfig, check_choice
+from vitkit.models.config import ViTConfig
 from vitkit.models.mpp import TARGETS as MPP_TARGETS
 from vitkit.models.registry import model_config
 from vitkit.precision import PRECISIONS
-from vitkit.training.defaults import default_model
 
 OBJECTIVES = ("classification", "mpp")
 OPTIMIZERS = ("adamw", "sgd")
@@ -40,16 +44,33 @@ RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and re
 RESUME_MAY_CHANGE = ("data.workers", "data.prefetch", "data.on_corrupt")
 
 
-def option(default: Any, help: str) -> Any:
-    """A recipe field: its default and the one line of help that `--print-config` shows beside it."""
+def option(default: Any, help: str, choices: tuple[str, ...] = ()) -> Any:
+    """A recipe field: its default, the one line of help that `--print-config` shows beside it, and the values
+    it may take when they are a fixed set (checked by `RunConfig.validate`)."""
+    metadata = {"help": help, "choices": choices}
     if isinstance(default, (dict, list)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata={"help": help})
-    return field(default=default, metadata={"help": help})
+        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
-def field_help(section: Any, name: str) -> str:
-    """The help line of field `name` of a section dataclass ('' for a field without one)."""
-    return next((f.metadata.get("help", "") for f in dataclasses.fields(section) if f.name == name), "")
+SMALL_VIT = "ViT-Mini/4"
+PHOTO_VIT = "ViT-Ti/16"
+GREY_28 = dict(img_size=28, in_chans=1, classifier="gap")
+RGB_32 = dict(img_size=32, in_chans=3, classifier="gap")
+BUILT_IN = {
+    "fashion_mnist": GREY_28,
+    "digits": GREY_28,
+    "cifar10": RGB_32,
+    "cifar100": RGB_32,
+    "synthetic": RGB_32,
+}
+
+
+def default_model(source: str) -> tuple[str, dict[str, Any]]:
+    """(registry name, architecture fields over the registry's) of the model trained on `source` by default."""
+    if source in BUILT_IN:
+        return SMALL_VIT, dict(BUILT_IN[source])
+    return PHOTO_VIT, {}
 
 
 MAX_STEPS = 2**53  # the schedule divides step by steps in float64, exact up to here
@@ -59,7 +80,7 @@ MAX_STEPS = 2**53  # the schedule divides step by steps in float64, exact up to 
 class ModelSection:
     """A registry `name` (trained from scratch) or `weights` (fine-tuned), plus ViTConfig/ResNetConfig overrides.
 
-    With neither set the data decides (vitkit.training.defaults.default_model): a named model is the registry's
+    With neither set the data decides (`default_model`): a named model is the registry's
     variant as it is, whatever the data, exactly as a TOML `[model] name = ...` is.
     """
 
@@ -93,13 +114,15 @@ class DataSection:
     subset_seed: int = option(0, "seed of the train_subset draw")
     val_split: int = option(0, "hold that many class-balanced training images out for validation (0: none)")
     val_seed: int = option(0, "seed of the val_split draw")
-    crop: str = option("none", "training crop: inception, resize_crop, pad_crop or none (resize only)")
+    crop: str = option("none", "training crop: inception, resize_crop, pad_crop or none (resize only)", CROPS)
     flip: bool = option(True, "random horizontal flips")
     randaugment: bool = option(False, "RandAugment, per sample (torchvision's defaults)")
     mixup: float = option(0.0, "MixUp alpha (0: off)")
     cutmix: float = option(0.0, "CutMix alpha (0: off)")
     on_corrupt: str = option(
-        "stop", "an unreadable image stops the run ('stop') or is left out and listed ('skip')"
+        "stop",
+        "an unreadable image stops the run ('stop') or is left out and listed ('skip')",
+        ("stop", "skip"),
     )
 
 
@@ -107,13 +130,13 @@ class DataSection:
 class OptimSection:
     """Optimizer and learning-rate schedule: linear warmup, then linear or cosine decay to zero."""
 
-    name: str = option("adamw", "adamw or sgd")
+    name: str = option("adamw", "adamw or sgd", OPTIMIZERS)
     lr: float = option(2e-3, "peak learning rate, reached after the warmup")
     weight_decay: float = option(0.05, "decoupled weight decay (AdamW) or L2 (SGD)")
     betas: tuple[float, float] = option((0.9, 0.999), "AdamW's moment decays")
     momentum: float = option(0.9, "SGD momentum")
     warmup_steps: int = option(50, "steps of linear warmup from 0")
-    schedule: str = option("cosine", "decay to 0 after the warmup: cosine or linear")
+    schedule: str = option("cosine", "decay to 0 after the warmup: cosine or linear", SCHEDULES)
     grad_clip: float = option(1.0, "clip the global gradient norm to this (0: off)")
 
 
@@ -122,7 +145,7 @@ class TrainSection:
     """Length, batch, objective, averaging, evaluation/checkpoint cadence and execution options.
 
     `threads` 0 (the default) is every core this process may use, shared by the run's processes
-    (vitkit.training.defaults.machine_threads), settled when the recipe is resolved, so the run directory records the
+    (vitkit.recipe.resolve.machine_threads), settled when the recipe is resolved, so the run directory records the
     number; on a CPU that other jobs share, 1 can be faster (barriers wait for preempted peers; BENCHMARKS.md). A
     resume is bitwise exact for the same thread count. `processes` N > 1 starts N
     data-parallel processes on this machine, as `torchrun --standalone --nproc_per_node N` would (ignored when a
@@ -139,7 +162,9 @@ class TrainSection:
 
     steps: int = option(700, "optimizer steps (or --epochs E on the command line)")
     epochs: float = option(0.0, "run length in passes over the training images, sets steps (0: train.steps)")
-    fit: str = option("gradient", "gradient: optimizer steps; linear: a closed-form head on frozen features")
+    fit: str = option(
+        "gradient", "gradient: optimizer steps; linear: a closed-form head on frozen features", FITS
+    )
     linear_l2: list[float] = option(
         LINEAR_L2, "fit='linear': ridge strengths tried by 5-fold cross-validation"
     )
@@ -148,10 +173,12 @@ class TrainSection:
         0, "images per forward/backward pass, gradients summed (0: the whole share)"
     )
     seed: int = option(0, "seed of initialisation, batches, augmentation and dropout")
-    objective: str = option("classification", "classification or mpp (masked patch prediction)")
-    loss: str = option("softmax", "classification loss: softmax cross-entropy or sigmoid")
+    objective: str = option("classification", "classification or mpp (masked patch prediction)", OBJECTIVES)
+    loss: str = option("softmax", "classification loss: softmax cross-entropy or sigmoid", LOSSES)
     label_smoothing: float = option(0.1, "label smoothing of the classification loss")
-    mpp_target: str = option("mean_color", "what a corrupted patch predicts: mean_color, downsized or pixels")
+    mpp_target: str = option(
+        "mean_color", "what a corrupted patch predicts: mean_color, downsized or pixels", MPP_TARGETS
+    )
     mpp_corrupt_rate: float = option(0.5, "share of patches corrupted by mpp")
     mpp_bits: int = option(3, "bits per colour channel of the mpp target")
     ema_decay: float = option(0.0, "Polyak averaging of the weights, evaluated and saved (0: off)")
@@ -162,15 +189,15 @@ class TrainSection:
     checkpoint_every: int = option(200, "write a checkpoint every N steps (and at the end)")
     keep_checkpoints: int = option(2, "checkpoints kept")
     log_every: int = option(20, "log the loss every N steps")
-    precision: str = option("auto", "auto, bf16 or fp32 (docs/PRECISION.md)")
+    precision: str = option("auto", "auto, bf16 or fp32 (docs/PRECISION.md)", PRECISIONS)
     compile: bool = option(False, "torch.compile the forward pass")
-    cuda_graph: str = option("auto", "replay each step's update as a CUDA graph: auto, on or off")
+    cuda_graph: str = option("auto", "replay each step's update as a CUDA graph: auto, on or off", CUDA_GRAPH)
     device: str = option("auto", "auto (CUDA when present), cpu, cuda:1, ...")
     threads: int = option(
         0, "torch intra-op threads per process (0: the cores this process may use, shared by the processes)"
     )
     processes: int = option(1, "data-parallel processes started on this machine")
-    strategy: str = option("auto", "under several processes: auto, ddp or fsdp")
+    strategy: str = option("auto", "under several processes: auto, ddp or fsdp", STRATEGIES)
     keep_freed_memory: bool = option(True, "CPU: keep freed memory for reuse (vitkit.allocator)")
 
     def eval_batch(self) -> int:
@@ -200,7 +227,7 @@ class RunConfig:
     train: TrainSection = field(default_factory=TrainSection)
 
     def follow_data(self) -> RunConfig:
-        """With no model named or given, the data's default model (vitkit.training.defaults), refined by any
+        """With no model named or given, the data's default model (`default_model`), refined by any
         architecture fields set; a named model or given weights are kept as they are."""
         m = self.model
         if m.name is None and m.weights is None:
@@ -220,17 +247,11 @@ class RunConfig:
             architecture = model_config(self.model.name, **self.model.overrides) if self.model.name else None
         except (ValueError, TypeError) as error:
             raise ValueError(f"[model] {error}") from None
-        check_choice("train.objective", self.train.objective, OBJECTIVES)
-        check_choice("train.mpp_target", self.train.mpp_target, MPP_TARGETS)
-        check_choice("optim.name", self.optim.name, OPTIMIZERS)
-        check_choice("optim.schedule", self.optim.schedule, SCHEDULES)
-        check_choice("train.loss", self.train.loss, LOSSES)
-        check_choice("train.precision", self.train.precision, PRECISIONS)
-        check_choice("train.strategy", self.train.strategy, STRATEGIES)
-        check_choice("train.cuda_graph", self.train.cuda_graph, CUDA_GRAPH)
-        check_choice("train.fit", self.train.fit, FITS)
-        check_choice("data.on_corrupt", self.data.on_corrupt, ("stop", "skip"))
-        check_choice("data.crop", self.data.crop, CROPS)
+        for section in SECTIONS:
+            for f in dataclasses.fields(getattr(self, section)):
+                value, choices = getattr(getattr(self, section), f.name), f.metadata["choices"]
+                if choices and value not in choices:
+                    raise ValueError(f"{section}.{f.name} must be one of {list(choices)}, got {value!r}")
         self._validate_ranges()
         t = self.train
         if not 0 <= self.optim.warmup_steps < t.steps:

@@ -1,4 +1,4 @@
-"""The resolved recipe as annotated TOML (`vitkit train --print-config`): every field with its value, its default
+"""The resolved recipe as annotated TOML (`vitkit train --print-config`, `vitkit.train(print_config=True)`): every field with its value, its default
 and its one line of help, all read from the section dataclasses, so the listing cannot drift from the code.
 The output is itself a recipe: saved to a file, it is a `--config`."""
 
@@ -8,8 +8,8 @@ import dataclasses
 from typing import Any
 
 from vitkit.models.registry import model_config
-from vitkit.training.defaults import describe_architecture
-from vitkit.training.recipe import SECTIONS, RunConfig, toml_value
+from vitkit.recipe.resolve import describe_architecture
+from vitkit.recipe.run_config import SECTIONS, RunConfig, toml_value
 
 COMMENT_COLUMN = 44
 
