@@ -36,7 +36,7 @@ from make_photo_folders import load_pixels
 from PIL import Image
 
 import vitkit
-from vitkit.bench.table import cpu_model
+from vitkit.device import cpu_model
 
 CLASSES = {
     "people and things": ["astronaut", "camera", "coffee", "rocket", "clock"],

@@ -40,9 +40,6 @@ def test_help_lists_every_command_and_imports_none(capsys):
     assert all(f"    {name} " in listed for name in COMMANDS), listed
 
 
-# `vitkit bench` registers each benchmark's options from its module of vitkit.bench, which imports torch: a
-# developer's command, whose --help takes the seconds torch's import does.
-TORCH_FREE_PARSERS = [name for name in COMMANDS if name != "bench"]
 PARSERS_PROBE = """
 import sys
 from vitkit import cli
@@ -58,9 +55,10 @@ def test_every_command_has_its_parser():
 
 
 def test_a_commands_parser_imports_no_torch():
-    """What `vitkit <command> --help` costs: each parser built, with every option, and torch never imported."""
+    """What `vitkit <command> --help` costs: each parser built, with every option (every benchmark's too), and
+    torch never imported."""
     run = subprocess.run(
-        [sys.executable, "-c", PARSERS_PROBE, *TORCH_FREE_PARSERS],
+        [sys.executable, "-c", PARSERS_PROBE, *COMMANDS],
         capture_output=True,
         text=True,
         timeout=120,

@@ -50,8 +50,6 @@ from torch import nn
 
 from vitkit.cache import read_record, record_path, write_record
 from vitkit.device import cpu_flags, cpu_model
-from vitkit.models import as_model
-from vitkit.models.config import to_pair
 
 PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
@@ -323,8 +321,7 @@ def inference_precision(
             logits = model(images)
     """
     device = next(model.parameters()).device
-    config = as_model(model).config
-    shape = (min(batch_size, MEASURE_BATCH), config.in_chans, *to_pair(config.img_size))
+    shape = (min(batch_size, MEASURE_BATCH), *_input_size(model))
     example: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 
     def forward(dtype: torch.dtype | None) -> None:
@@ -389,6 +386,15 @@ def unmeasured_rule(
         "from bf16",
         device,
     )
+
+
+def _input_size(model: nn.Module) -> tuple[int, int, int]:
+    """(channels, height, width) of one input image, from the `config` every vitkit model carries: read as a
+    value, so this module, which the models sit above, imports none of them."""
+    size = getattr(getattr(model, "config", None), "input_size", None)
+    if size is None:
+        raise TypeError(f"{type(model).__name__} is not a vitkit model (VisionTransformer or ResNetV2)")
+    return cast(tuple[int, int, int], tuple(size))
 
 
 def model_signature(model: torch.nn.Module) -> str:

@@ -1,11 +1,15 @@
 """The benchmark utilities: alternation order, paired ratios and medians, memory accounting, peers with the same
 weights computing the same logits. Functional only -- nothing here asserts a speed."""
 
+import importlib
+from pathlib import Path
+
 import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 import vitkit
+import vitkit.bench
 from vitkit.bench import memory, timing
 from vitkit.bench.peers import build_peer, check_same_outputs
 from vitkit.bench.table import format_table
@@ -161,6 +165,22 @@ def test_bench_command_runs_end_to_end(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert "| ViT-S/16 | 2 | vitkit |" in out and "| ViT-S/16 | 2 | timm |" in out and "GEMM 2048^3" in out
+
+
+def test_every_benchmark_module_is_a_sub_command_that_runs_itself():
+    """The options live apart from the benchmarks (no torch for `vitkit bench --help`): none is forgotten, and each
+    sub-command runs the module whose NAME it has."""
+    from vitkit import cli
+    from vitkit.commands._arguments import source_literals
+    from vitkit.commands.parsers.bench import BENCHMARKS
+
+    modules = Path(vitkit.bench.__file__).parent.glob("*.py")
+    assert sorted(BENCHMARKS) == sorted(p.stem for p in modules if source_literals(p, ["NAME"]))
+    parser = cli.build_parser("bench")
+    for stem in BENCHMARKS:
+        module = importlib.import_module(f"vitkit.bench.{stem}")
+        args = parser.parse_args(["bench", module.NAME, *(["ROOT"] if stem == "data" else [])])
+        assert args.benchmark_module == module.__name__ and callable(module.run)
 
 
 def test_inference_bench_times_vitkits_bf16_path_beside_autocast_alone(monkeypatch):

@@ -5,5 +5,6 @@ the engine's training step against a plain timm loop.
 The machinery: `timing` (side-by-side alternation, paired ratios, the GEMM ceiling), `memory` (peak memory),
 `peers` (the same weights in timm / transformers / torchvision), `processes` (candidates in processes of their
 own), `table` (the printed results). One module per benchmark (`inference`, `batch`, `resolution`,
-`checkpointing`, `training`), each with its `vitkit bench` options; see docs/BENCHMARKS.md.
+`checkpointing`, `training`, ...), whose `vitkit bench` options are vitkit.commands.parsers.bench's; see
+docs/BENCHMARKS.md.
 """

@@ -9,8 +9,8 @@ import torch
 from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops, performed_flops
-from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, bench_dtypes, comma_ints
-from vitkit.bench.peers import PEERS, build_peer
+from vitkit.bench.options import bench_dtypes
+from vitkit.bench.peers import build_peer
 from vitkit.bench.timing import alternate, gemm_candidate, mfu
 
 NAME = "batch"
@@ -26,18 +26,6 @@ COLUMNS = [
     "GFLOPs/image",
     "spread",
 ]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="ViT-B/16", help="registered model (default ViT-B/16)")
-    parser.add_argument(
-        "--batch-sizes", type=comma_ints, default=[1, 2, 4, 8, 16, 32], help="comma-separated"
-    )
-    parser.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
-    parser.add_argument("--peer", choices=PEERS, default=None, help="also sweep this peer")
-    add_bench_precision(parser)
-    add_bench_device(parser)
-    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:

@@ -13,7 +13,7 @@ from torch import nn
 
 from vitkit.bench.candidates import bench_model, synchronize
 from vitkit.bench.memory import fit_memory, peak_allocated_bytes, resident_bytes
-from vitkit.bench.options import add_bench_device, add_bench_precision, add_clock, bench_dtypes
+from vitkit.bench.options import bench_dtypes
 from vitkit.bench.timing import alternate
 from vitkit.models.registry import Model
 from vitkit.precision import autocast
@@ -25,22 +25,6 @@ HELP = (
 )
 COLUMNS = None
 MIB = 2**20
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="ViT-B/16", help="registered model (default ViT-B/16)")
-    parser.add_argument("--batch-size", type=int, default=32, help="default 32")
-    parser.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
-    parser.add_argument("--time-rounds", type=int, default=0, help="also time both steps, alternated")
-    parser.add_argument(
-        "--budget-gib",
-        type=float,
-        default=16.0,
-        help="memory budget of the largest-batch column (default 16 GiB, a TPUv3 core)",
-    )
-    add_bench_precision(parser)
-    add_bench_device(parser)
-    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:

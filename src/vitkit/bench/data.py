@@ -30,7 +30,6 @@ from torch import nn
 from torchvision import datasets, transforms
 
 from vitkit.bench.candidates import bench_model
-from vitkit.bench.options import comma_ints, comma_names
 from vitkit.bench.timing import Result, paired_ratio, ratio_range
 from vitkit.data import FolderSource, ReadOptions, TrainBatches, TrainTransform
 
@@ -39,26 +38,6 @@ HELP = "images/s of the input pipeline at 224 (0/1/2 workers) vs torchvision's, 
 COLUMNS = ["candidate", "images/s", "best images/s", "spread", "against", "ratio", "ratio range", "per round"]
 # A loader factory: () -> a fresh iterable of batches.
 LoaderFactory = Callable[[], Iterable]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("root", help="an ImageFolder: ROOT/train/<class>/<image> (the collection to read)")
-    parser.add_argument("--workers", type=comma_ints, default=[0, 1, 2], help="comma-separated worker counts")
-    parser.add_argument(
-        "--models",
-        type=comma_names,
-        default=["ViT-S/16", "ViT-B/16"],
-        help="comma-separated models whose training step to time",
-    )
-    parser.add_argument("--img-size", type=int, default=224)
-    parser.add_argument("--batch-size", type=int, default=32, help="loader batch and training batch")
-    parser.add_argument(
-        "--train-batch-size",
-        type=int,
-        default=None,
-        help="training batch (default: --batch-size); images/s barely depends on it on CPU",
-    )
-    parser.add_argument("--batches", type=int, default=20, help="batches timed per loader per round")
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:

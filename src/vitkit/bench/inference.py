@@ -14,12 +14,8 @@ from torch import nn
 from vitkit.allocator import keep_freed_memory
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops, performed_flops
 from vitkit.bench.options import (
-    add_bench_device,
-    add_bench_precision,
-    add_clock,
     auto_row,
     bench_dtypes,
-    comma_names,
 )
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
@@ -42,20 +38,6 @@ COLUMNS = [
     "best GFLOP/s",
     "spread",
 ]
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="ViT-B/16", help="registered plain ViT (default ViT-B/16)")
-    parser.add_argument("--batch-size", type=int, default=8, help="default 8")
-    parser.add_argument("--img-size", type=int, default=None, help="input size (default: the model's)")
-    parser.add_argument("--peers", type=comma_names, default=list(PEERS), help="comma-separated peers")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed calls of each candidate first")
-    parser.add_argument(
-        "--compile", action="store_true", help="torch.compile every candidate for inference (weights frozen)"
-    )
-    add_bench_precision(parser)
-    add_bench_device(parser)
-    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:

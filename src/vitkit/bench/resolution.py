@@ -10,7 +10,6 @@ from torch import nn
 
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.memory import MemoryFit, fit_memory, peak_allocated_bytes, resident_bytes
-from vitkit.bench.options import add_clock, add_gemm_size, comma_ints, comma_names
 from vitkit.bench.plots import plot_resolution
 from vitkit.bench.timing import alternate, gemm_candidate, mfu
 from vitkit.precision import autocast
@@ -20,25 +19,6 @@ HELP = "Appendix D.5: images/s and the largest inference / training batch in a m
 COLUMNS = None
 GIB = 2**30
 MIB = 2**20
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--models",
-        type=comma_names,
-        default=["ViT-S/16", "ViT-B/16", "R50+ViT-B/16"],
-        help="comma-separated registered models",
-    )
-    parser.add_argument("--sizes", type=comma_ints, default=[160, 224, 288, 384], help="input sizes")
-    parser.add_argument("--batch-size", type=int, default=4, help="default 4")
-    parser.add_argument("--budget-gib", type=float, default=16.0, help="memory budget for the largest batch")
-    parser.add_argument("--no-memory", action="store_true", help="skip the largest-batch measurement")
-    parser.add_argument("--plot", default=None, help="write the D.5 figure (PNG) here")
-    parser.add_argument(
-        "--precision", choices=("fp32", "bf16"), default="fp32", help="float32 or bf16 autocast"
-    )
-    add_gemm_size(parser)
-    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:

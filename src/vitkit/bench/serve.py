@@ -22,7 +22,6 @@ import torch
 
 from vitkit.allocator import keep_freed_memory
 from vitkit.bench.candidates import bench_model, forward_call
-from vitkit.bench.options import add_clock, comma_ints, comma_names
 from vitkit.bench.timing import alternate, paired_ratio, ratio_range, round_logger
 from vitkit.device import resolve_device
 from vitkit.export import export_onnx
@@ -48,19 +47,6 @@ COLUMNS = [
 ]
 REFERENCE = "eager fp32"
 Log = Callable[[str], None] | None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--models", type=comma_names, default=["ViT-S/16", "ViT-B/16"], help="default ViT-S/16,ViT-B/16"
-    )
-    parser.add_argument("--batch-sizes", type=comma_ints, default=[1, 8], help="default 1,8")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed calls of each candidate first")
-    parser.add_argument(
-        "--device", default="auto", help="PyTorch's device: auto (CUDA when present), cpu, cuda:N"
-    )
-    parser.add_argument("--no-compile", action="store_true", help="leave out the torch.compile candidates")
-    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Log) -> list[dict]:

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import torch
 
-from vitkit.device import cpu_model
-from vitkit.precision import cpu_flags, native_bf16_units
+from vitkit.device import cpu_flags, cpu_model
+from vitkit.precision import native_bf16_units
 
 SHOWN_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")  # what the CPU's arithmetic can do
 

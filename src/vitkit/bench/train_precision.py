@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from vitkit.bench.candidates import synchronize
-from vitkit.bench.options import add_bench_device, add_clock, auto_label
+from vitkit.bench.options import auto_label
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
 from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
@@ -27,19 +27,6 @@ NAME = "precision"
 HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"
 COLUMNS = ["model", "batch", "precision", "images/s", "GFLOP/s", "MFU", "vs fp32", "ratio range", "spread"]
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # what each precision autocasts to
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        default=None,
-        help="the recipe (TOML) whose model and data to time (default: the default recipe)",
-    )
-    parser.add_argument("--model", default=None, help="replace the recipe's model, e.g. ViT-S/16 (at 224)")
-    parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's train.batch_size")
-    parser.add_argument("--steps", type=int, default=3, help="steps per round per precision (default 3)")
-    add_bench_device(parser)
-    add_clock(parser)
 
 
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:

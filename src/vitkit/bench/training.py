@@ -54,25 +54,6 @@ HELP = "the engine's training step against timm's model in a plain loop (each in
 COLUMNS = None
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
-        default=None,
-        help="the recipe (TOML) whose model and data to time (default: the default recipe)",
-    )
-    parser.add_argument("--batch-size", type=int, default=None, help="default: the recipe's train.batch_size")
-    parser.add_argument("--steps", type=int, default=10, help="steps per round per candidate")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=0,
-        help="also time the engine in N one-thread processes (train.processes=N)",
-    )
-    parser.add_argument(
-        "--compile", action="store_true", help="also time the engine's step under torch.compile"
-    )
-
-
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
     return training_vs_timm(
         batch_size=args.batch_size,

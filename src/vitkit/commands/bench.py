@@ -9,14 +9,14 @@
     vitkit bench data ROOT  --workers 0,1,2 --models ViT-S/16,ViT-B/16      # input pipeline vs torchvision, training
     vitkit bench serve      --models ViT-S/16,ViT-B/16 --batch-sizes 1,8    # eager, compiled, ONNX Runtime fp32/int8
 
-Each benchmark is a module of vitkit.bench listed in BENCHMARKS (vitkit.commands.parsers.bench, with the options
-everyone has): NAME, HELP, COLUMNS (None: every key of the rows), add_arguments(parser) for its own options, and
-run(args, log) -> rows.
+Each benchmark is a module of vitkit.bench listed in BENCHMARKS of vitkit.commands.parsers.bench, which holds its
+options and those everyone has: NAME, HELP, COLUMNS (None: every key of the rows) and run(args, log) -> rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
-    module = args.benchmark_module
+    module = importlib.import_module(args.benchmark_module)  # with torch: only the benchmark that runs
     print(f"<!-- {environment()}; {getattr(args, 'clock', 'wall')} clock -->")
     rows = module.run(args, log)
     print(format_table(rows, module.COLUMNS))

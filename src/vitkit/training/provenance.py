@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 import vitkit
-from vitkit.bench.table import cpu_model
+from vitkit.device import cpu_model
 from vitkit.storage import atomic_write_text
 
 RUN_NAME = "run.json"
