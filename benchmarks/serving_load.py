@@ -6,7 +6,9 @@ One run measures, side by side and alternating in rounds (the machine's load dri
 - `vitkit serve` with dynamic batching (--max-batch, --max-wait-ms) and with batching off (--max-batch 1), each
   in its own process, both in the precision `auto` picks for the batching server, under --clients threads that
   POST the same photos (raw JPEG bodies, keep-alive connections) for --seconds each round.
-It prints throughput, latency percentiles and the mean batch size (from the server's /metrics) as a table.
+It prints throughput, latency percentiles and the mean batch size (from the server's /metrics) as a table, then
+the forward pass alone in fp32 and bf16 at batch sizes 1, 4, 8 and --max-batch (timed in the same rounds): its
+cost per image against batch 1 bounds what batching on can gain over batching off on this machine.
 Every process runs torch with --threads intra-op threads (default 1: on a shared machine, OpenMP's barriers make
 two threads slower than one, docs/BENCHMARKS.md); each server decodes uploads on its own threads beside it.
 
@@ -32,14 +34,16 @@ import torch
 from PIL import Image
 
 import vitkit
-from vitkit.bench.candidates import bench_model
+from vitkit.bench.candidates import bench_model, synchronize
 from vitkit.bench.table import environment, format_table
 from vitkit.commands.predict import classify
+from vitkit.device import resolve_device
 from vitkit.models.config import to_pair
 from vitkit.models.registry import Model
 from vitkit.precision import inference_precision
 from vitkit.service.metrics import percentile
 
+PRECISIONS = ["fp32", "bf16"]
 PHOTO_SIZE = (480, 640)  # height, width: a phone photo scaled down, decoded and resized for every request
 
 
@@ -149,20 +153,49 @@ def offline(model: Model, paths: list[Path], batch_size: int, seconds: float) ->
     return {"images/s": done / (time.monotonic() - start), "precision": precision.name}
 
 
-def forward_cost(model: Model, batch_sizes: tuple[int, ...], calls: int = 2) -> dict[int, float]:
-    """Milliseconds per image of the forward pass alone at each batch size (in the precision `auto` picks for
-    the largest), after a warm-up call: what batching can gain at most, decoding and HTTP aside."""
-    precision = inference_precision("auto", model, max(batch_sizes))
+def forward_curve(
+    model: Model, batch_sizes: list[int], precisions: list[str], images: int = 16
+) -> dict[tuple[str, int], float]:
+    """Milliseconds per image of the forward pass alone in each precision (vitkit's inference path: bf16 holds the
+    weights in bf16 under autocast) at each batch size, about `images` images per size after a warm-up call: what
+    batching can gain at most, decoding and HTTP aside."""
+    device = next(model.parameters()).device
     cost = {}
-    with torch.no_grad(), precision.inference(model) as forward:
-        for size in batch_sizes:
-            x = torch.randn(size, *model.config.input_size)
-            forward(x)
-            start = time.perf_counter()
-            for _ in range(calls):
+    for name in precisions:
+        precision = inference_precision(name, model, max(batch_sizes))
+        with torch.no_grad(), precision.inference(model) as forward:
+            for size in batch_sizes:
+                x = torch.randn(size, *model.config.input_size, device=device)
                 forward(x)
-            cost[size] = (time.perf_counter() - start) / calls / size * 1e3
+                calls = max(1, images // size)
+                synchronize(device)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    forward(x)
+                synchronize(device)
+                cost[name, size] = (time.perf_counter() - start) / (calls * size) * 1e3
     return cost
+
+
+def curve_table(curves: list[dict[tuple[str, int], float]], served: str) -> list[dict]:
+    """The forward's cost per image (median of rounds) and the gain over batch 1: the ceiling of batching on / off
+    when the model's thread is the bottleneck."""
+    rows = []
+    for name in PRECISIONS:
+        sizes = sorted(size for precision, size in curves[0] if precision == name)
+        single = float(np.median([c[name, sizes[0]] for c in curves]))
+        for size in sizes:
+            ms = float(np.median([c[name, size] for c in curves]))
+            rows.append(
+                {
+                    "precision": name + (" (served)" if name == served else ""),
+                    "batch": size,
+                    "ms per image": ms,
+                    "images/s": 1e3 / ms,
+                    f"vs batch {sizes[0]}": single / ms,
+                }
+            )
+    return rows
 
 
 def main() -> None:
@@ -185,6 +218,11 @@ def main() -> None:
     parser.add_argument(
         "--predict-batch", type=int, default=32, help="`vitkit predict --batch-size` (default 32)"
     )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        help="of predict, the servers and the forward (default auto: CUDA if present)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     print(environment(), flush=True)
@@ -194,22 +232,36 @@ def main() -> None:
         bodies = [p.read_bytes() for p in paths]
         model = bench_model(args.model)
         vitkit.save_pretrained(model, root / "model")
+        model = model.to(resolve_device(args.device))
         batching = Server(
             root / "model",
             args.threads,
+            "--device",
+            args.device,
             "--max-batch",
             str(args.max_batch),
             "--max-wait-ms",
             str(args.max_wait_ms),
         )
         precision = batching.get("/ready")[1]["model"]["precision"]
-        unbatched = Server(root / "model", args.threads, "--max-batch", "1", "--precision", precision)
+        unbatched = Server(
+            root / "model",
+            args.threads,
+            "--device",
+            args.device,
+            "--max-batch",
+            "1",
+            "--precision",
+            precision,
+        )
         rows: dict[str, list[dict]] = {"predict": [], "on": [], "off": []}
-        forward_ms: list[dict[int, float]] = []
+        curve_sizes = sorted({1, 4, 8, args.max_batch})
+        curves: list[dict[tuple[str, int], float]] = []
         try:
             for round_ in range(args.rounds):
                 rows["predict"].append(offline(model, paths, args.predict_batch, args.seconds))
-                forward_ms.append(forward_cost(model, (1, args.max_batch)))
+                order = PRECISIONS[round_ % 2 :] + PRECISIONS[: round_ % 2]  # alternated: drift cancels
+                curves.append(forward_curve(model, curve_sizes, order))
                 for name, server in (("on", batching), ("off", unbatched)):
                     load(server, bodies, args.clients, args.warmup)
                     rows[name].append(load(server, bodies, args.clients, args.seconds))
@@ -267,11 +319,12 @@ def main() -> None:
             for name, ratios in paired.items()
         )
     )
-    print(
-        "forward pass alone, ms per image (median of rounds): "
-        + ", ".join(f"batch {size}: {np.median([c[size] for c in forward_ms]):.0f}" for size in forward_ms[0])
-    )
     print(format_table(table))
+    print(
+        "The forward pass alone (median of rounds): the servers' model thread runs it, so batching on / off gains "
+        "at most its 'vs batch 1' at the mean batch size"
+    )
+    print(format_table(curve_table(curves, precision)))
 
 
 if __name__ == "__main__":
