@@ -170,7 +170,7 @@ def test_bench_tables_say_what_auto_picks_and_why(monkeypatch, tiny_vit):
 def test_bench_precision_times_both_and_says_what_auto_picks(monkeypatch):
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")
     fake_cpu(monkeypatch, ZEN3_LIKE)
-    torch.set_num_threads(1)  # restored by tiny_run.restore_threads
+    torch.set_num_threads(1)  # restored by tiny.restore_threads
     rows = train_precision.training_precision(batch_size=8, rounds=1, steps=1, gemm_size=32, clock="cpu")
     names = [row["precision"] for row in rows]
     assert names[:4] == ["fp32", "bf16", "GEMM 32^3 fp32 (ceiling)", "GEMM 32^3 bf16 (ceiling)"]

@@ -1,13 +1,11 @@
 """Every reliability test runs under a deadline (SIGALRM), so a read that blocks fails the test instead of hanging
-the suite; the tiny recipe's fixtures."""
+the suite; on the embedded Fashion-MNIST subset."""
 
 from __future__ import annotations
 
 import signal
 
 import pytest
-
-from tiny_run import embedded_data, restore_threads, tiny  # noqa: F401  (fixtures)
 
 DEADLINE_SECONDS = 120
 SLOW_DEADLINE_SECONDS = 3600  # the slow tests start tens of training processes
@@ -29,3 +27,8 @@ def deadline(request):
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(autouse=True)
+def _embedded(embedded_data) -> None:
+    """Every test here on the embedded subset (tests/tiny.py)."""

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import vitkit
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
@@ -26,7 +26,7 @@ from vitkit.training.overrides import parse_override
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    assert cli.main(["train", "--out", str(out), *TINY, "train.steps=99999999999999999999"]) == 2
+    assert cli.main(["train", "--out", str(out), *TINY_RECIPE, "train.steps=99999999999999999999"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train.steps must be <= 2**53" in err, err
     assert not out.exists()
@@ -93,8 +93,10 @@ def quiet_run(tmp_path_factory) -> tuple[Path, str]:
         contextlib.redirect_stdout(printed),
         contextlib.redirect_stderr(printed),
     ):
-        patch.setenv("VITKIT_EMBEDDED", "1")  # module scope: tiny_run's autouse fixture does not apply yet
-        vitkit.train(out=out, quiet=True, **api_sections([*TINY, "train.steps=2", "optim.warmup_steps=1"]))
+        patch.setenv("VITKIT_EMBEDDED", "1")  # module scope: the autouse fixtures do not apply yet
+        vitkit.train(
+            out=out, quiet=True, **api_sections([*TINY_RECIPE, "train.steps=2", "optim.warmup_steps=1"])
+        )
     return out, printed.getvalue()
 
 

@@ -22,7 +22,6 @@ import torch
 from PIL import Image
 
 import vitkit
-from photo_run import photo_run  # noqa: F401  (fixture)
 from vitkit.service import ServiceOptions, asgi_app, load_served_model
 from vitkit.service.app import Service
 from vitkit.service.served_model import ServedModel

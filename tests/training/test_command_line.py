@@ -62,8 +62,10 @@ def test_an_explicit_warmup_is_not_adapted_but_refused():
     assert resolve(["train", "train.steps=30"]).optim.warmup_steps == 2  # the override adapts like --steps
 
 
-def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny, capsys):
-    model = [o for o in tiny if not o.startswith("optim.warmup_steps")]  # the default recipe's warmup: 50
+def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny_recipe, capsys):
+    model = [
+        o for o in tiny_recipe if not o.startswith("optim.warmup_steps")
+    ]  # the default recipe's warmup: 50
     assert cli.main(["train", "--steps", "5", "--out", str(tmp_path / "run"), *model]) == 0
     printed = capsys.readouterr().out
     assert "5 steps instead of the recipe's 700: optim.warmup_steps 50 -> 0" in printed
