@@ -1,7 +1,8 @@
 """The tiny model and the tiny training run that tests share, so that "tiny" means one thing in each sense.
 
 - A tiny model: `TINY_VIT_CONFIG` (the config fields), `build_tiny_vit` (the model, for module-scoped fixtures and
-  helpers) and the `tiny_vit` fixture (the same factory).
+  helpers) and the `tiny_vit` fixture (the same factory); `build_tiny_official_vit`, the same ViT in the shape of
+  an official ViT-B/16 .npz file.
 - A tiny run: `TINY_RECIPE`, the command-line overrides of a ~20k-parameter ViT trained on 28x28 grey images in
   32-image batches, and the `tiny_recipe` fixture (the same, as a tuple).
 
@@ -47,6 +48,13 @@ def build_tiny_vit(base: str = "ViT-Ti/16", **overrides) -> Model:
     (activation, layer norm epsilon, ...) it keeps; keyword arguments change any config field."""
     torch.manual_seed(0)
     return vitkit.create_model(base, **{**TINY_VIT_CONFIG, **overrides}).eval()
+
+
+def build_tiny_official_vit(**overrides) -> Model:
+    """The tiny ViT as a ViT-B/16 in layout and patch size (16x16 patches on 32 px, the tanh GELU of the official
+    .npz files), a few thousand times smaller: what commands and examples load as they would the real file."""
+    official = dict(img_size=32, patch_size=16, depth=1, mlp_dim=64, activation="gelu_tanh")
+    return build_tiny_vit("ViT-B/16", **{**official, **overrides})
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from vitkit import cli, precision
-from vitkit.models import create_model
 from vitkit.storage import load_state_dict
 from vitkit.training.objectives import classification_loss
 
@@ -37,10 +36,8 @@ def fake_measurement(monkeypatch, fp32_s: float, bf16_s: float, dtypes: list) ->
     monkeypatch.setattr(precision, "measured_seconds", measured)
 
 
-def test_the_loss_is_float32_under_bf16_autocast():
-    model = create_model(
-        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32, num_classes=3
-    )
+def test_the_loss_is_float32_under_bf16_autocast(tiny_vit):
+    model = tiny_vit().train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(torch.randn(2, 3, 16, 16))
         loss = classification_loss(logits, torch.tensor([0, 2]), "softmax", 0.1)
