@@ -1,12 +1,13 @@
 """Every test process keeps vitkit's cache (downloads, shard indexes, precision choices) in a fresh directory, so
 no test reads what an earlier run, or the user, left in ~/.cache/vitkit; the fixtures of the tiny model and run
-(tests/tiny.py) and of the photo run (tests/photo_run.py) serve every test package."""
+(tests/tiny.py), of the photo run (tests/photo_run.py) and the deadline (tests/deadline.py) serve every test
+package."""
 
 import pytest
 
 from vitkit.cache import CACHE_ENV
 
-pytest_plugins = ["tiny", "photo_run"]
+pytest_plugins = ["tiny", "photo_run", "deadline"]
 
 
 @pytest.fixture(autouse=True, scope="session")
