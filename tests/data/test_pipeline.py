@@ -76,7 +76,7 @@ def test_eval_batches_equal_the_same_images_in_memory(folder):
 
 def test_few_shot_reads_a_folder_as_the_same_images_in_memory(folder, tiny_vit):
     train, test = FolderSource(folder, "train"), FolderSource(folder, "test")
-    model = tiny_vit(img_size=32)
+    model = tiny_vit(img_size=32, patch_size=8)
     lazy = FewShotEvaluator(train, test, shots=(2,), seeds=1)
     memory = FewShotEvaluator(in_memory(train, channels=3), in_memory(test, channels=3), shots=(2,), seeds=1)
     assert torch.equal(lazy.train_images, memory.train_images) and torch.equal(

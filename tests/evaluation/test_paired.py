@@ -28,7 +28,7 @@ def test_paired_test_counts_the_discordant_images():
 
 
 def test_predictions_are_the_argmax_of_the_models_logits(tiny_vit):
-    model = tiny_vit(img_size=32, in_chans=1, num_classes=4)
+    model = tiny_vit(img_size=32, patch_size=8, in_chans=1, num_classes=4)
     images = torch.randint(0, 256, (7, 1, 28, 28), dtype=torch.uint8)
     dataset = ImageDataset(images, torch.zeros(7, dtype=torch.long), list("abcd"), "random")
     with torch.no_grad():

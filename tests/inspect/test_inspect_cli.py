@@ -140,7 +140,7 @@ def test_cli_distance_equals_api(inspected):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys, tiny_vit):
-    model = tiny_vit(num_classes=2, classifier="gap", pos_embed="none")
+    model = tiny_vit(patch_size=8, num_classes=2, classifier="gap", pos_embed="none")
     save_pretrained(model, tmp_path / "w")
     (tmp_path / "bad.png").write_bytes(b"nope")
     code = main(
@@ -159,7 +159,7 @@ def test_cli_errors_are_one_line(tmp_path, capsys, tiny_vit):
 
 
 def test_cli_gap_model_without_position_embedding(tmp_path, tiny_vit):
-    model = tiny_vit(num_classes=2, classifier="gap", pos_embed="none")
+    model = tiny_vit(patch_size=8, num_classes=2, classifier="gap", pos_embed="none")
     save_pretrained(model, tmp_path / "w")
     for i, image in enumerate(fashion_images(2)):
         Image.fromarray(image).save(tmp_path / f"{i}.png")

@@ -38,7 +38,7 @@ def photos(tmp_path_factory) -> Path:
 def weights(tmp_path_factory) -> Path:
     """A small pretrained-like ViT (7 classes: the head the fit replaces) saved as a weights directory."""
     path = tmp_path_factory.mktemp("weights") / "vit"
-    build_tiny_vit(img_size=32, num_classes=7).save_pretrained(path)
+    build_tiny_vit(img_size=32, patch_size=8, num_classes=7).save_pretrained(path)
     return path
 
 
