@@ -1,4 +1,4 @@
-"""The tiny model and the tiny training run that tests share, so that "tiny" means one thing in each sense.
+"""The tiny model and the tiny training run that tests share: one definition of each.
 
 - A tiny model: `TINY_VIT_CONFIG` (the config fields), `build_tiny_vit` (the model, for module-scoped fixtures and
   helpers) and the `tiny_vit` fixture (the same factory); `build_tiny_official_vit`, the same ViT in the shape of
