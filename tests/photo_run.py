@@ -1,6 +1,6 @@
 """A tiny run on a small ImageFolder with named classes, held-out validation images and its own test split:
-what the run-aware commands (eval, fewshot, inspect) and the Python API are tested on (tests/commands/conftest.py
-imports the fixture; tests/ is on pytest's pythonpath)."""
+what the run-aware commands (eval, fewshot, inspect) and the Python API are tested on (a plugin of the root
+conftest.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from image_collections import write_folder
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 
 VAL_SPLIT = 10
@@ -25,7 +25,7 @@ def photo_run(tmp_path_factory) -> Path:
     args = [
         "--steps",
         "3",
-        *TINY,
+        *TINY_RECIPE,
         "optim.warmup_steps=1",
         "train.batch_size=8",
         f"data.val_split={VAL_SPLIT}",

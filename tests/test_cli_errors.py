@@ -122,7 +122,10 @@ def test_convert_refuses_its_own_source_and_a_directory_as_a_file(
     ):
         code, error = run(argv, capsys)
         assert code == 2 and error.count("\n") == 1 and message in error, error
-    assert vitkit.load_weights(tmp_path / "w") is not None  # the source is untouched
+    untouched = vitkit.load_weights(tmp_path / "w").state_dict()
+    assert all(
+        torch.equal(untouched[k], v) for k, v in source.state_dict().items()
+    )  # the source is untouched
 
 
 def test_a_json_list_as_config_json_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

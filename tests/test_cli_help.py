@@ -4,6 +4,8 @@ that command, and `import vitkit` finds each public name on use."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -100,4 +102,8 @@ def test_a_command_imports_only_itself(monkeypatch):
 
 @pytest.mark.parametrize("name", vitkit.__all__ + ["inspect", "__version__"])
 def test_every_public_name_resolves(name):
-    assert getattr(vitkit, name) is not None
+    value = getattr(vitkit, name)
+    if name == "__version__":
+        assert value == importlib.metadata.version("vitkit")
+    else:
+        assert inspect.isfunction(value) or inspect.isclass(value) or inspect.ismodule(value), value

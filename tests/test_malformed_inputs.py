@@ -22,7 +22,7 @@ import torch
 from PIL import Image
 
 import vitkit
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.data.decode import IMAGE_EXTENSIONS, ImageDecodeError
 from vitkit.data.folder import FolderSource
@@ -360,7 +360,16 @@ def test_training_on_broken_data_stops_in_one_line_and_resumes_skipping(sources,
         "train.batch_size=8",
         "optim.warmup_steps=0",
     ]
-    argv = ["train", "--out", str(run), "--steps", "1", *TINY, *recipe, f"data.source={sources['wds']}"]
+    argv = [
+        "train",
+        "--out",
+        str(run),
+        "--steps",
+        "1",
+        *TINY_RECIPE,
+        *recipe,
+        f"data.source={sources['wds']}",
+    ]
     assert cli.main(argv) == 2
     lines = stderr_lines(capsys.readouterr().err, "train")
     assert len(lines) == 1 and "wds/train-000000.tar:" in lines[0] and "data.on_corrupt='skip'" in lines[0], (
@@ -383,7 +392,9 @@ def test_a_directory_of_another_kind_is_one_line_and_leaves_no_run_directory(
     if HAS_DATASETS:
         cases[f"hf:{tmp_path / 'empty'}"] = str(tmp_path / "empty")
     for spec, message in cases.items():
-        assert cli.main(["train", "--out", str(tmp_path / "run"), *TINY, f"data.source={spec}"]) == 2, spec
+        assert (
+            cli.main(["train", "--out", str(tmp_path / "run"), *TINY_RECIPE, f"data.source={spec}"]) == 2
+        ), spec
         lines = stderr_lines(capsys.readouterr().err, "train")
         assert len(lines) == 1 and message in lines[0], (spec, lines)
         assert not (tmp_path / "run").exists()

@@ -1,4 +1,8 @@
-"""The run-aware commands' shared run, and the tiny recipe's fixtures."""
+"""Every command test on the embedded Fashion-MNIST subset (tests/tiny.py)."""
 
-from photo_run import photo_run  # noqa: F401  (fixtures)
-from tiny_run import embedded_data, restore_threads  # noqa: F401
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _embedded(embedded_data) -> None:
+    """Every test here on the embedded subset (tests/tiny.py)."""

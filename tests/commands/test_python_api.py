@@ -11,7 +11,7 @@ import pytest
 import vitkit
 from command_lines import api_sections
 from photo_run import VAL_SPLIT
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.recipe.resolve import load_config
 from vitkit.recipe.run_config import RECIPE_NAME
@@ -21,7 +21,9 @@ from vitkit.storage import load_state_dict
 def test_train_in_python_is_the_command_line_run(photo_run, tmp_path):
     """The CLI run of the photo_run fixture, repeated through vitkit.train: the same recipe and weights."""
     recipe = load_config(photo_run / RECIPE_NAME)
-    given = api_sections([*TINY, "optim.warmup_steps=1", "train.batch_size=8", f"data.val_split={VAL_SPLIT}"])
+    given = api_sections(
+        [*TINY_RECIPE, "optim.warmup_steps=1", "train.batch_size=8", f"data.val_split={VAL_SPLIT}"]
+    )
     given["data"]["source"] = recipe.data.source
     given["train"]["steps"] = 3
     report = vitkit.train(out=tmp_path / "run", quiet=True, **given)

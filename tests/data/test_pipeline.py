@@ -9,7 +9,6 @@ import torch
 from image_collections import in_memory, take_steps, write_folder
 from vitkit.data import FolderSource, ReadOptions, TrainBatches, TrainTransform, eval_batches, steps_per_epoch
 from vitkit.evaluation.fewshot import FewShotEvaluator
-from vitkit.models import create_model
 
 CPU = torch.device("cpu")
 
@@ -75,11 +74,9 @@ def test_eval_batches_equal_the_same_images_in_memory(folder):
         assert torch.equal(a.labels, b.labels)
 
 
-def test_few_shot_reads_a_folder_as_the_same_images_in_memory(folder):
+def test_few_shot_reads_a_folder_as_the_same_images_in_memory(folder, tiny_vit):
     train, test = FolderSource(folder, "train"), FolderSource(folder, "test")
-    model = create_model(
-        "ViT-Ti/16", img_size=32, patch_size=8, hidden_size=32, depth=1, num_heads=2, mlp_dim=64
-    )
+    model = tiny_vit(img_size=32, patch_size=8)
     lazy = FewShotEvaluator(train, test, shots=(2,), seeds=1)
     memory = FewShotEvaluator(in_memory(train, channels=3), in_memory(test, channels=3), shots=(2,), seeds=1)
     assert torch.equal(lazy.train_images, memory.train_images) and torch.equal(

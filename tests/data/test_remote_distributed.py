@@ -15,10 +15,9 @@ from pathlib import Path
 import pytest
 from object_store import BUCKET, free_port, s3_server, upload
 
-from distributed.conftest import TINY, TORCHRUN, environment, run_torchrun
+from distributed.conftest import SPLIT_INVARIANT_RECIPE, TORCHRUN, environment, run_torchrun
 from distributed.test_torchrun import _worker_pid
 from image_collections import write_small_shards
-from tiny_run import restore_threads  # noqa: F401  (a fixture)
 from vitkit.training import checkpoint as ckpt
 
 pytestmark = pytest.mark.slow  # torchrun process groups and a server process
@@ -28,7 +27,7 @@ WAIT = 300  # seconds for any one launch on a loaded machine
 
 
 def train_args(out: Path, source: str, *extra: str) -> list[str]:
-    return ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "10", *TINY,
+    return ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "10", *SPLIT_INVARIANT_RECIPE,
             "train.batch_size=12", "data.crop=inception", f"data.source={source}", "data.workers=1", *extra]  # fmt: skip
 
 

@@ -15,7 +15,7 @@ import pytest
 from object_store import BUCKET, SECRET, s3_server, upload
 
 from image_collections import write_small_shards
-from tiny_run import TINY, restore_threads  # noqa: F401  (a fixture)
+from tiny import TINY_RECIPE
 from training.test_resume import assert_bitwise_equal
 from vitkit import cli
 from vitkit.training import checkpoint as ckpt
@@ -26,7 +26,7 @@ STEPS = 24
 
 
 def train_args(out, source, *extra):
-    return ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "4", *TINY,
+    return ["train", "--out", str(out), "--steps", str(STEPS), "--checkpoint-every", "4", *TINY_RECIPE,
             "train.batch_size=12", "data.crop=inception", f"data.source={source}", "data.workers=2", *extra]  # fmt: skip
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from tiny_run import TINY, restore_threads  # noqa: F401  (fixture)
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.data import (
     Batch,
@@ -147,7 +147,7 @@ def test_vitkit_train_runs_on_a_user_source(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(build, "open_source", open_source)
     out = tmp_path / "run"
-    argv = ["train", "--out", str(out), "--steps", "4", *TINY, "train.batch_size=16", "train.seed=0"]
+    argv = ["train", "--out", str(out), "--steps", "4", *TINY_RECIPE, "train.batch_size=16", "train.seed=0"]
     assert cli.main([*argv, "data.on_corrupt=skip"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert report["train_data"] == "a list of 200 images" and report["test_data"] == "a list of 50 images"

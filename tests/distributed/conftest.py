@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_run import TINY as ENGINE_TINY
-from tiny_run import embedded_data, restore_threads  # noqa: F401  (fixtures)
+from tiny import TINY_RECIPE
 
 # Dropout and drop-path off: then a step's gradients do not depend on how the global batch is split over ranks.
-TINY = [*ENGINE_TINY, "model.dropout=0", "model.drop_path=0"]
+SPLIT_INVARIANT_RECIPE = [*TINY_RECIPE, "model.dropout=0", "model.drop_path=0"]
 STEPS = 30
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -72,5 +71,10 @@ def truncate(run: Path, copy: Path, step: int) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny() -> tuple[str, ...]:
-    return tuple(TINY)
+def tiny_recipe() -> tuple[str, ...]:
+    return tuple(SPLIT_INVARIANT_RECIPE)
+
+
+@pytest.fixture(autouse=True)
+def _embedded(embedded_data) -> None:
+    """Every test here on the embedded subset (tests/tiny.py)."""

@@ -2,8 +2,8 @@
 
 import pytest
 
+from tiny import build_tiny_vit
 from vitkit import collectives
-from vitkit.models import create_model
 from vitkit.recipe.resolve import apply_overrides
 from vitkit.recipe.run_config import RunConfig
 from vitkit.training import distributed
@@ -64,9 +64,7 @@ def test_fsdp_shards_on_the_run_device_even_where_a_gpu_is_the_accelerator(monke
     monkeypatch.setenv("WORLD_SIZE", "1")
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        model = create_model(
-            "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=2, num_heads=2, mlp_dim=32
-        )
+        model = build_tiny_vit().train()
         distributed.shard_model(model, torch.device("cpu"))
         weight = next(model.parameters())
         assert (

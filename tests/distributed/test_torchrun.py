@@ -51,14 +51,14 @@ def train_here(args: list[str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny):
+def runs(tmp_path_factory, tiny_recipe):
     """The same recipe trained by 1 process, by 2 with DDP and by 2 with FSDP."""
     root = tmp_path_factory.mktemp("runs")
     single, ddp, fsdp = root / "single", root / "ddp", root / "fsdp"
     # The reference names strategy fsdp too (one process trains the plain model), so its copy resumes under FSDP.
-    train_here(["--out", str(single), *CHECKPOINTS, *tiny, "train.strategy=fsdp"])
-    run_torchrun(["train", "--out", str(ddp), *CHECKPOINTS, *tiny, "train.strategy=ddp"], cwd=root)
-    run_torchrun(["train", "--out", str(fsdp), *CHECKPOINTS, *tiny, "train.strategy=fsdp"], cwd=root)
+    train_here(["--out", str(single), *CHECKPOINTS, *tiny_recipe, "train.strategy=fsdp"])
+    run_torchrun(["train", "--out", str(ddp), *CHECKPOINTS, *tiny_recipe, "train.strategy=ddp"], cwd=root)
+    run_torchrun(["train", "--out", str(fsdp), *CHECKPOINTS, *tiny_recipe, "train.strategy=fsdp"], cwd=root)
     return single, ddp, fsdp
 
 
@@ -87,14 +87,24 @@ def test_fsdp_on_two_processes_trains_like_ddp(runs):
     assert load_weights(fsdp).config.num_classes == 10  # final/ is a plain, full model
 
 
-def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny, monkeypatch):
+def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny_recipe, monkeypatch):
     """train.processes=2 without a launcher: vitkit starts torch's launcher itself; the run is the torchrun run."""
     _, ddp, _ = runs
     run = tmp_path / "self_launched"
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
     assert (
-        cli.main(["train", "--out", str(run), *CHECKPOINTS, *tiny, "train.strategy=ddp", "train.processes=2"])
+        cli.main(
+            [
+                "train",
+                "--out",
+                str(run),
+                *CHECKPOINTS,
+                *tiny_recipe,
+                "train.strategy=ddp",
+                "train.processes=2",
+            ]
+        )
         == 0
     )
     assert json.loads((run / "report.json").read_text())["world_size"] == 2
@@ -102,21 +112,21 @@ def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny, monkeypat
     assert "processes = 2" in (run / "config.toml").read_text()
 
 
-def test_train_processes_from_python_start_the_ranks_too(runs, tmp_path, tiny, monkeypatch):
+def test_train_processes_from_python_start_the_ranks_too(runs, tmp_path, tiny_recipe, monkeypatch):
     """vitkit.train(train={"processes": 2}) starts the ranks as the command line does: the torchrun run again."""
     _, ddp, _ = runs
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    settings = [f"train.steps={STEPS}", "train.checkpoint_every=10", *tiny, "train.strategy=ddp"]
+    settings = [f"train.steps={STEPS}", "train.checkpoint_every=10", *tiny_recipe, "train.strategy=ddp"]
     report = vitkit.train(out=tmp_path / "run", quiet=True, **api_sections([*settings, "train.processes=2"]))
     assert report["world_size"] == 2
     assert losses(tmp_path / "run") == pytest.approx(losses(ddp), rel=1e-6)
 
 
-def test_train_processes_reports_a_failed_rank_in_one_line(tmp_path, tiny, monkeypatch, capfd):
+def test_train_processes_reports_a_failed_rank_in_one_line(tmp_path, tiny_recipe, monkeypatch, capfd):
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
-    args = ["train", "--out", str(tmp_path / "run"), "--steps", "5", *tiny, "train.processes=2"]
+    args = ["train", "--out", str(tmp_path / "run"), "--steps", "5", *tiny_recipe, "train.processes=2"]
     assert cli.main([*args, "data.dataset=cifar10", f"data.data_dir={tmp_path}"]) == 2
     err = capfd.readouterr().err
     assert "vitkit train: error: CIFAR-10 train" in err and "Traceback" not in err
@@ -141,14 +151,14 @@ def test_a_checkpoint_of_one_process_resumes_in_two_fsdp_processes(runs, tmp_pat
     assert checkpoint_formats.is_sharded(ckpt.latest_checkpoint(resumed))
 
 
-def test_images_skipped_on_every_rank_are_all_reported(tmp_path, tiny):
+def test_images_skipped_on_every_rank_are_all_reported(tmp_path, tiny_recipe):
     root = write_folder(tmp_path / "images")  # 60 training images
     corrupt = sorted((root / "train").rglob("*.png"))[::4]
     for path in corrupt:
         path.write_bytes(b"not a png")
     run = tmp_path / "run"
     # 3 steps of 20 images are one epoch: each image is read once, by one of the two ranks.
-    args = ["--steps", "3", *tiny, "optim.warmup_steps=1", f"data.source=folder:{root}", "train.batch_size=20",
+    args = ["--steps", "3", *tiny_recipe, "optim.warmup_steps=1", f"data.source=folder:{root}", "train.batch_size=20",
             "data.on_corrupt=skip"]  # fmt: skip
     run_torchrun(["train", "--out", str(run), *args], cwd=tmp_path)
     report = json.loads((run / "report.json").read_text())
@@ -167,10 +177,10 @@ def _worker_pid(torchrun_pid: int, rank: int) -> int | None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="finds the worker through /proc")
-def test_a_killed_rank_recovers_under_max_restarts(tmp_path, tiny):
+def test_a_killed_rank_recovers_under_max_restarts(tmp_path, tiny_recipe):
     run = tmp_path / "run"
     steps = 150
-    args = ["train", "--out", str(run), "--steps", str(steps), "--checkpoint-every", "10", *tiny]
+    args = ["train", "--out", str(run), "--steps", str(steps), "--checkpoint-every", "10", *tiny_recipe]
     process = torchrun(args, tmp_path, launcher=("--max-restarts=1",))
     # On a loaded machine starting torchrun and its two workers can take minutes. A kill before the first
     # checkpoint tests nothing: the restarted workers find no run to continue and start afresh.

@@ -15,12 +15,8 @@ from PIL import Image
 
 import vitkit
 from docs.documents import ROOT
+from tiny import build_tiny_official_vit
 
-# A ViT-B/16 in layout and patch size (the official .npz tree, 16x16 patches, 1000-class head), a few thousand
-# times smaller: the examples load, resample and convert it as they would the real file.
-TINY_VIT = dict(
-    img_size=32, hidden_size=32, depth=1, num_heads=2, mlp_dim=64, num_classes=1000, activation="gelu_tanh"
-)
 PHOTO_CLASSES = ("cat", "dog")
 PHOTOS_PER_CLASS = {"train": 4, "test": 2}
 
@@ -32,7 +28,8 @@ def write_photo(path: Path, seed: int) -> None:
 
 
 def write_workspace(root: Path) -> Path:
-    vitkit.export_npz(vitkit.create_model("ViT-B/16", **TINY_VIT), root / "ViT-B_16.npz")
+    # the examples load, resample and convert it as they would the real file
+    vitkit.export_npz(build_tiny_official_vit(num_classes=1000), root / "ViT-B_16.npz")
     write_photo(root / "photo.jpg", 0)
     for split, count in PHOTOS_PER_CLASS.items():
         for label, name in enumerate(PHOTO_CLASSES):

@@ -10,7 +10,6 @@ import pytest
 import torch
 from sklearn.linear_model import Ridge
 
-import vitkit
 from vitkit.evaluation.fewshot import (
     BIAS_CONSTANT,
     FewShotEvaluator,
@@ -123,20 +122,10 @@ def test_25_shot_10_classes_solves_well_under_a_second():
 # ---------------------------------------------------------------------------------------------- models
 
 
-def tiny_vit(num_classes: int = 4) -> torch.nn.Module:
-    torch.manual_seed(0)
-    return vitkit.create_model(
-        "ViT-Ti/16",
-        img_size=16,
-        patch_size=8,
-        in_chans=1,
-        num_classes=num_classes,
-        hidden_size=16,
-        depth=1,
-        num_heads=2,
-        mlp_dim=32,
-        dropout=0.1,
-    )
+@pytest.fixture
+def grey_vit(tiny_vit) -> torch.nn.Module:
+    """The tiny ViT on 1-channel images, with dropout: its features in training mode are not those of eval mode."""
+    return tiny_vit(in_chans=1, dropout=0.1)
 
 
 class Split:
@@ -156,11 +145,11 @@ class Split:
         return self.images[index]
 
 
-def test_extract_features_is_batched_no_grad_and_restores_mode():
-    model = tiny_vit().train()
+def test_extract_features_is_batched_no_grad_and_restores_mode(grey_vit):
+    model = grey_vit.train()
     images = Split(10).images
     feats = extract_features(model, images, batch_size=3)
-    assert feats.shape == (10, 16) and feats.dtype == np.float32
+    assert feats.shape == (10, model.config.hidden_size) and feats.dtype == np.float32
     assert model.training
     model.eval()
     from vitkit.data import eval_transform
@@ -171,11 +160,11 @@ def test_extract_features_is_batched_no_grad_and_restores_mode():
     assert not model.training
 
 
-def test_evaluator_matches_fewshot_eval_on_all_features():
+def test_evaluator_matches_fewshot_eval_on_all_features(grey_vit):
     train, test = Split(80), Split(30, seed=1)
     evaluator = FewShotEvaluator(train, test, shots=(1, 5), seeds=2, l2=1024.0)
     assert len(evaluator.train_labels) <= 2 * 5 * 4  # only the sampled images are kept
-    model = tiny_vit().train()
+    model = grey_vit.train()
     metrics = evaluator(model)
     assert set(metrics) == {"fewshot_1shot", "fewshot_1shot_std", "fewshot_5shot", "fewshot_5shot_std"}
     assert model.training and all(p.grad is None for p in model.parameters())
@@ -192,30 +181,20 @@ def test_evaluator_matches_fewshot_eval_on_all_features():
     assert metrics["fewshot_1shot"] == pytest.approx(full["shots"]["1"]["mean"])
 
 
-def test_evaluator_caps_the_test_set():
+def test_evaluator_caps_the_test_set(grey_vit):
     evaluator = FewShotEvaluator(Split(40), Split(50, seed=1), shots=(2,), seeds=1, num_test=20)
     assert len(evaluator.test_labels) == 20 and len(evaluator.test_images) == 20
-    assert evaluator.evaluate(tiny_vit())["num_test"] == 20
+    assert evaluator.evaluate(grey_vit)["num_test"] == 20
 
 
 # ---------------------------------------------------------------------------------------------- CLI
 
 
 @pytest.fixture
-def weights_dir(tmp_path, monkeypatch):
+def weights_dir(tmp_path, monkeypatch, tiny_vit):
     from vitkit.storage import save_pretrained
 
-    model = vitkit.create_model(
-        "ViT-Ti/16",
-        img_size=28,
-        patch_size=14,
-        in_chans=1,
-        num_classes=10,
-        hidden_size=16,
-        depth=1,
-        num_heads=2,
-        mlp_dim=32,
-    )
+    model = tiny_vit(img_size=28, patch_size=14, in_chans=1, num_classes=10)
     save_pretrained(model, tmp_path / "w")
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")
     return tmp_path / "w"

@@ -4,7 +4,6 @@ import pytest
 import torch
 from scipy.stats import binomtest
 
-from vitkit import create_model
 from vitkit.data import ImageDataset, eval_transform
 from vitkit.evaluation.paired import mcnemar_p_value, paired_test, predictions
 from vitkit.precision import choose_precision
@@ -28,9 +27,8 @@ def test_paired_test_counts_the_discordant_images():
         paired_test(first, second[:3], labels)
 
 
-def test_predictions_are_the_argmax_of_the_models_logits():
-    torch.manual_seed(0)
-    model = create_model("ViT-Ti/16", img_size=32, in_chans=1, patch_size=8, depth=1, num_classes=4).eval()
+def test_predictions_are_the_argmax_of_the_models_logits(tiny_vit):
+    model = tiny_vit(img_size=32, patch_size=8, in_chans=1, num_classes=4)
     images = torch.randint(0, 256, (7, 1, 28, 28), dtype=torch.uint8)
     dataset = ImageDataset(images, torch.zeros(7, dtype=torch.long), list("abcd"), "random")
     with torch.no_grad():

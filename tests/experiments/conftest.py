@@ -1,3 +1,9 @@
-"""The embedded Fashion-MNIST subset whatever is installed; torch's thread count restored after each run."""
+"""The embedded Fashion-MNIST subset whatever is installed (torch's thread count is restored after each test by
+tests/tiny.py)."""
 
-from tiny_run import embedded_data, restore_threads  # noqa: F401  (fixtures)
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _embedded(embedded_data) -> None:
+    """Every test here on the embedded subset (tests/tiny.py)."""

@@ -6,19 +6,11 @@ import pytest
 import torch
 
 import vitkit
+from tiny import TINY_VIT_CONFIG
 
 pytest.importorskip("onnxruntime")
 
-TINY_VIT = dict(
-    img_size=16,
-    patch_size=8,
-    num_classes=5,
-    depth=2,
-    hidden_size=32,
-    num_heads=2,
-    mlp_dim=48,
-    activation="gelu_tanh",
-)
+TINY_VIT = dict(TINY_VIT_CONFIG, patch_size=8, num_classes=5, mlp_dim=48, activation="gelu_tanh")
 # (registry name, overrides): the heads, every position embedding of D.4, pre-logits, the hybrid, BiT.
 KINDS = {
     "token": ("ViT-B/16", TINY_VIT),

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
+from tiny import build_tiny_vit
 from vitkit.data.decode import decode_image
 from vitkit.export.metadata import DECODE_STEPS, serving_metadata
-from vitkit.models import create_model
 
 RNG = np.random.default_rng(0)
 RGB = RNG.integers(0, 256, (6, 10, 3), dtype=np.uint8)
@@ -97,7 +97,7 @@ def client_pixels(data: bytes, channels: int) -> np.ndarray:
 
 
 def test_the_metadata_states_the_steps():
-    metadata = serving_metadata(create_model("ViT-Mini/4", img_size=28, num_classes=2))
+    metadata = serving_metadata(build_tiny_vit())
     assert metadata["decode"] == DECODE_STEPS
     text = " ".join(DECODE_STEPS)
     for rule in ("first frame", "exif_transpose", "round(v / 257)", "v >> 8", "onto opaque white", "convert"):

@@ -139,20 +139,8 @@ def test_cli_distance_equals_api(inspected):
     np.testing.assert_allclose(summary["mean_attention_distance"], expected.numpy(), atol=1e-3)
 
 
-def test_cli_errors_are_one_line(tmp_path, capsys):
-    torch.manual_seed(0)
-    model = vitkit.create_model(
-        "ViT-Ti/16",
-        img_size=16,
-        patch_size=8,
-        hidden_size=16,
-        depth=1,
-        num_heads=2,
-        mlp_dim=16,
-        num_classes=2,
-        classifier="gap",
-        pos_embed="none",
-    )
+def test_cli_errors_are_one_line(tmp_path, capsys, tiny_vit):
+    model = tiny_vit(patch_size=8, num_classes=2, classifier="gap", pos_embed="none")
     save_pretrained(model, tmp_path / "w")
     (tmp_path / "bad.png").write_bytes(b"nope")
     code = main(
@@ -170,20 +158,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert "no readable image" in capsys.readouterr().err
 
 
-def test_cli_gap_model_without_position_embedding(tmp_path):
-    torch.manual_seed(0)
-    model = vitkit.create_model(
-        "ViT-Ti/16",
-        img_size=16,
-        patch_size=8,
-        hidden_size=16,
-        depth=2,
-        num_heads=2,
-        mlp_dim=16,
-        num_classes=2,
-        classifier="gap",
-        pos_embed="none",
-    )
+def test_cli_gap_model_without_position_embedding(tmp_path, tiny_vit):
+    model = tiny_vit(patch_size=8, num_classes=2, classifier="gap", pos_embed="none")
     save_pretrained(model, tmp_path / "w")
     for i, image in enumerate(fashion_images(2)):
         Image.fromarray(image).save(tmp_path / f"{i}.png")

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import vitkit
+from tiny import build_tiny_vit
 from vitkit.models.mpp import MaskedPatchPrediction, corrupt_patches, patch_targets, quantize_colors
 
 
@@ -29,9 +30,7 @@ def test_downsized_target_predicts_every_cell():
 def test_grayscale_degenerates_to_grey_levels():
     image = torch.linspace(-1, 1, 8).repeat_interleave(4).view(1, 1, 1, 32).expand(1, 1, 4, 32)
     assert patch_targets(image, 4, "mean_color").tolist() == [list(range(8))]
-    mpp = MaskedPatchPrediction(
-        vitkit.create_model("ViT-Ti/16", img_size=32, patch_size=4, in_chans=1, depth=1)
-    )
+    mpp = MaskedPatchPrediction(build_tiny_vit(in_chans=1))
     assert mpp.head.out_features == 8
 
 

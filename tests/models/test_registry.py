@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import vitkit
+from tiny import build_tiny_vit
 from vitkit.flops import count_flops, count_parameters
 from vitkit.models.registry import MODELS
 
@@ -101,7 +102,7 @@ def test_as_model_finds_the_model_inside_its_wrappers():
             super().__init__()
             self.module = module
 
-    model = vitkit.create_model("ViT-Ti/16", depth=1, img_size=32, num_classes=3)
+    model = build_tiny_vit()
     for wrapped in (model, Parallel(model), torch.compile(model), Parallel(torch.compile(model))):
         assert vitkit.models.as_model(wrapped) is model
     with pytest.raises(TypeError, match="^Linear is not a vitkit model"):

@@ -7,8 +7,8 @@ import time
 import pytest
 import torch
 
+from tiny import build_tiny_vit
 from vitkit import cli, precision, save_pretrained
-from vitkit.models import create_model
 from vitkit.precision import choose_precision, inference_precision
 
 from .test_policy import AMX_LIKE, fake_cpu, never_measured
@@ -40,8 +40,8 @@ def new_process(monkeypatch) -> None:
     monkeypatch.setattr(precision, "_measured", {})
 
 
-def tiny_model():
-    return create_model("ViT-Mini/4", img_size=28, num_classes=3).eval()
+def tiny_model(**overrides):
+    return build_tiny_vit(**{"img_size": 28, **overrides})
 
 
 def test_a_measurement_is_kept_for_every_later_process(monkeypatch, tmp_path, timed_step):
@@ -121,8 +121,8 @@ def test_two_identical_predict_calls_pick_the_same_precision(tmp_path, capsys):
 def test_the_key_leaves_out_the_heads_class_count():
     """A folder of 5 classes reuses the measurement of one of 6: the head is a negligible part of the work."""
     signature = precision.model_signature
-    assert signature(tiny_model()) == signature(create_model("ViT-Mini/4", img_size=28, num_classes=6))
-    assert signature(tiny_model()) != signature(create_model("ViT-Mini/4", img_size=32, num_classes=3))
+    assert signature(tiny_model()) == signature(tiny_model(num_classes=6))
+    assert signature(tiny_model()) != signature(tiny_model(img_size=32))
 
 
 def test_a_measurement_is_announced_before_it_starts_and_its_cost_after_the_first_call(timed_step):

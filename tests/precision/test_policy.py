@@ -11,7 +11,6 @@ from vitkit.bench import table, train_precision
 from vitkit.bench.options import auto_row, bench_dtypes
 from vitkit.bench.table import environment
 from vitkit.bench.training import Workload
-from vitkit.models import ViTConfig, build_model
 from vitkit.precision import Precision, choose_precision, inference_precision
 
 AMX_LIKE = frozenset({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"})  # Sapphire Rapids
@@ -78,10 +77,9 @@ def test_the_measurement_leaves_the_random_stream_alone(monkeypatch):
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_inference_precision_measures_the_models_forward(monkeypatch):
+def test_inference_precision_measures_the_models_forward(monkeypatch, tiny_vit):
     fake_cpu(monkeypatch, AMX_LIKE)
-    model = build_model(ViTConfig(img_size=8, patch_size=4, in_chans=1, num_classes=3, hidden_size=8, depth=1,
-                                  num_heads=1, mlp_dim=8))  # fmt: skip
+    model = tiny_vit(img_size=8, in_chans=1)
     seen = []
     model.register_forward_hook(lambda m, args, out: seen.append((args[0].shape, out.dtype)))
     chosen = inference_precision("auto", model, batch_size=100)
@@ -170,7 +168,7 @@ def test_bench_tables_say_what_auto_picks_and_why(monkeypatch, tiny_vit):
 def test_bench_precision_times_both_and_says_what_auto_picks(monkeypatch):
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")
     fake_cpu(monkeypatch, ZEN3_LIKE)
-    torch.set_num_threads(1)  # restored by tiny_run.restore_threads
+    torch.set_num_threads(1)  # restored by tiny.restore_threads
     rows = train_precision.training_precision(batch_size=8, rounds=1, steps=1, gemm_size=32, clock="cpu")
     names = [row["precision"] for row in rows]
     assert names[:4] == ["fp32", "bf16", "GEMM 32^3 fp32 (ceiling)", "GEMM 32^3 bf16 (ceiling)"]

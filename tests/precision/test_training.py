@@ -8,16 +8,18 @@ import pytest
 import torch
 
 from vitkit import cli, precision
-from vitkit.models import create_model
 from vitkit.storage import load_state_dict
 from vitkit.training.objectives import classification_loss
 
 from .test_policy import AMX_LIKE
 
 
-def train(out, tiny, *extra) -> dict:
+def train(out, tiny_recipe, *extra) -> dict:
     assert (
-        cli.main(["train", "--out", str(out), "--steps", "10", "--checkpoint-every", "5", *tiny, *extra]) == 0
+        cli.main(
+            ["train", "--out", str(out), "--steps", "10", "--checkpoint-every", "5", *tiny_recipe, *extra]
+        )
+        == 0
     )
     return json.loads((out / "report.json").read_text())
 
@@ -34,10 +36,8 @@ def fake_measurement(monkeypatch, fp32_s: float, bf16_s: float, dtypes: list) ->
     monkeypatch.setattr(precision, "measured_seconds", measured)
 
 
-def test_the_loss_is_float32_under_bf16_autocast():
-    model = create_model(
-        "ViT-S/16", img_size=16, patch_size=8, hidden_size=16, depth=1, num_heads=2, mlp_dim=32, num_classes=3
-    )
+def test_the_loss_is_float32_under_bf16_autocast(tiny_vit):
+    model = tiny_vit().train()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model(torch.randn(2, 3, 16, 16))
         loss = classification_loss(logits, torch.tensor([0, 2]), "softmax", 0.1)
@@ -45,13 +45,15 @@ def test_the_loss_is_float32_under_bf16_autocast():
 
 
 @pytest.mark.slow
-def test_auto_bf16_trains_float32_state_and_resumes_bitwise_with_its_choice(tmp_path, tiny, monkeypatch):
+def test_auto_bf16_trains_float32_state_and_resumes_bitwise_with_its_choice(
+    tmp_path, tiny_recipe, monkeypatch
+):
     monkeypatch.setattr(precision, "cpu_flags", lambda: AMX_LIKE)
     monkeypatch.setattr(precision, "TRIAL_STEPS", 1)  # 10 steps measure, as a full run does
     measured = []
     fake_measurement(monkeypatch, fp32_s=2.0, bf16_s=1.0, dtypes=measured)
     stateful = ["train.ema_decay=0.99", "model.dropout=0.1", "train.precision=auto"]  # tiny pins fp32
-    reference = train(tmp_path / "reference", tiny, *stateful)
+    reference = train(tmp_path / "reference", tiny_recipe, *stateful)
     assert measured == [None, torch.bfloat16]  # the engine's forward and backward ran in both precisions
     assert reference["precision"] == "bf16" and "bf16 measured faster" in reference["precision_reason"]
     step = tmp_path / "reference" / "checkpoints" / "step_00000005"

@@ -1,31 +1,8 @@
-"""Every reliability test runs under a deadline (SIGALRM), so a read that blocks fails the test instead of hanging
-the suite; the tiny recipe's fixtures."""
-
-from __future__ import annotations
-
-import signal
+"""Every reliability test runs under a deadline (tests/deadline.py) and on the embedded Fashion-MNIST subset."""
 
 import pytest
 
-from tiny_run import embedded_data, restore_threads, tiny  # noqa: F401  (fixtures)
-
-DEADLINE_SECONDS = 120
-SLOW_DEADLINE_SECONDS = 3600  # the slow tests start tens of training processes
-
-
-class Deadline(Exception):
-    """A test ran past its deadline: something blocked."""
-
 
 @pytest.fixture(autouse=True)
-def deadline(request):
-    seconds = SLOW_DEADLINE_SECONDS if request.node.get_closest_marker("slow") else DEADLINE_SECONDS
-
-    def expire(signum, frame):
-        raise Deadline(f"no answer within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    yield
-    signal.alarm(0)
-    signal.signal(signal.SIGALRM, previous)
+def _deadline_and_embedded(deadline, embedded_data) -> None:
+    """Every test here under a deadline, on the embedded subset."""

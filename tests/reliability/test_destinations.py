@@ -14,22 +14,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 import vitkit
 from test_cli_errors import unwritable_dir
+from tiny import build_tiny_vit
 from vitkit import cli
 from vitkit.commands import convert
 
-TINY_VIT = dict(img_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=32, num_classes=3)
 JAX_LIKE = dict(activation="gelu_tanh", layer_norm_eps=1e-6)  # written as .npz without a warning
 
 
 @pytest.fixture
 def weights(tmp_path: Path) -> Path:
-    torch.manual_seed(0)
-    model = vitkit.create_model("ViT-Ti/16", **TINY_VIT, **JAX_LIKE)
+    model = build_tiny_vit(**JAX_LIKE)
     model.class_names = ["cat", "dog", "fox"]
     return model.save_pretrained(tmp_path / "weights")
 
@@ -114,7 +112,8 @@ def test_a_users_directory_is_written_into_only_with_overwrite(weights, tmp_path
     assert code == 2 and f"{users}: not empty (holds config.json, notes.txt); pass --overwrite" in err, err
     assert (users / "config.json").read_text() == "{}"
     assert cli.main(["convert", str(weights), str(users), "--to", target, "--overwrite"]) == 0
-    assert (users / "notes.txt").read_text() == "keep me" and vitkit.load_weights(users) is not None
+    assert (users / "notes.txt").read_text() == "keep me"
+    assert vitkit.load_weights(users).class_names == ["cat", "dog", "fox"]
     empty = tmp_path / "empty"
     empty.mkdir()
     assert cli.main(["convert", str(weights), str(empty), "--to", target]) == 0

@@ -19,7 +19,7 @@ import pytest
 from PIL import Image
 
 from hostile_files import grey_folder
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.data import HFSource
 from vitkit.data.folder import FolderSource
@@ -98,7 +98,7 @@ def test_string_labels_are_class_names_sorted_like_folders(tmp_path) -> None:
 )
 def test_bad_labels_are_one_line(train, test, message, tmp_path, capsys) -> None:
     path = save_splits(tmp_path / "dd", train, test)
-    assert cli.main(["train", "--out", str(tmp_path / "run"), *TINY, f"data.source=hf:{path}"]) == 2
+    assert cli.main(["train", "--out", str(tmp_path / "run"), *TINY_RECIPE, f"data.source=hf:{path}"]) == 2
     line = one_error_line(capsys.readouterr().err, "train")
     assert re.search(message, line), line
     assert not (tmp_path / "run").exists()
@@ -154,7 +154,7 @@ def test_a_broken_dataset_json_is_one_line_and_leaves_no_run_directory(
     info = json.loads((copy / "dataset.json").read_text())
     change(info)
     (copy / "dataset.json").write_text(json.dumps(info))
-    assert cli.main(["train", "--out", str(tmp_path / "run"), *TINY, f"data.source=wds:{copy}"]) == 2
+    assert cli.main(["train", "--out", str(tmp_path / "run"), *TINY_RECIPE, f"data.source=wds:{copy}"]) == 2
     line = one_error_line(capsys.readouterr().err, "train")
     assert f"{copy / 'dataset.json'}: not a vitkit shard index" in line and message in line, line
     assert not (tmp_path / "run").exists()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hostile_files import grey_folder, sparse_file
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.data.decode import ImageDecodeError, decode_image, find_images, read_file
 from vitkit.data.folder import FolderSource
@@ -34,7 +34,7 @@ def test_a_hostile_folder_trains_to_its_report(hostile: Path, tmp_path: Path, ca
     out = tmp_path / "run"
     source = f"data.source=folder:{hostile}"
     # 9 training images (8 good, the 1 GB one) in batches of 9: every step meets the 1 GB one
-    recipe = [*TINY, "optim.warmup_steps=1", "train.batch_size=9", source, "data.on_corrupt=skip"]
+    recipe = [*TINY_RECIPE, "optim.warmup_steps=1", "train.batch_size=9", source, "data.on_corrupt=skip"]
     assert cli.main(["train", "--out", str(out), "--steps", "2", *recipe]) == 0
     err = capsys.readouterr().err
     assert "Traceback" not in err

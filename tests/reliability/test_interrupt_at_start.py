@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 
 START_SECONDS = 60  # to reach the import of torch, on a loaded machine
 
@@ -70,7 +70,7 @@ def test_ctrl_c_while_importing_torch_is_one_line(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
-    [["models"], ["train", "--out", "run", "--steps", "50", *TINY]],
+    [["models"], ["train", "--out", "run", "--steps", "50", *TINY_RECIPE]],
     ids=["models", "train"],
 )
 def test_ctrl_c_at_every_early_moment_is_one_line(command: list[str], tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hostile_files import grey_folder, sparse_file
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 
 MEASURE = (
     "import resource, subprocess, sys; "
@@ -22,7 +22,7 @@ MEASURE = (
 
 
 def peak_bytes(out: Path, folder: Path) -> int:
-    recipe = [*TINY, "optim.warmup_steps=1", "train.batch_size=8", f"data.source=folder:{folder}",
+    recipe = [*TINY_RECIPE, "optim.warmup_steps=1", "train.batch_size=8", f"data.source=folder:{folder}",
               "data.workers=2", "data.on_corrupt=skip"]  # fmt: skip
     command = [sys.executable, "-c", MEASURE, sys.executable, "-m", "vitkit.cli", "train", "--out", str(out),
                "--steps", "6", *recipe]  # fmt: skip

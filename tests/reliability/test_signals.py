@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hostile_files import grey_folder
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.training.checkpoint import CHECKPOINT_DIR
 from vitkit.training.rundir import RunDirLock
@@ -38,7 +38,7 @@ def folder(tmp_path_factory) -> Path:
 
 def start(out: Path, folder: Path, steps: int, *extra: str, checkpoint_every: int = 2) -> subprocess.Popen:
     """`vitkit train` in its own process (and session, as a terminal job), data read by 2 worker processes."""
-    recipe = [*TINY, "optim.warmup_steps=1", "train.batch_size=12", "train.log_every=1", "train.eval_every=7",
+    recipe = [*TINY_RECIPE, "optim.warmup_steps=1", "train.batch_size=12", "train.log_every=1", "train.eval_every=7",
               f"data.source=folder:{folder}", "data.workers=2"]  # fmt: skip
     command = [sys.executable, "-m", "vitkit.cli", "train", "--out", str(out), "--steps", str(steps),
                "--checkpoint-every", str(checkpoint_every), *recipe, *extra]  # fmt: skip

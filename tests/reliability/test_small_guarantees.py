@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import vitkit
 from command_lines import api_sections, resolve
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.api import ProcessesFailed
 from vitkit.data import ReadOptions
@@ -27,7 +27,7 @@ from vitkit.storage import save_state_dict
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
     out = tmp_path / "run"
-    assert cli.main(["train", "--out", str(out), *TINY, "train.steps=99999999999999999999"]) == 2
+    assert cli.main(["train", "--out", str(out), *TINY_RECIPE, "train.steps=99999999999999999999"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "train.steps must be <= 2**53" in err, err
     assert not out.exists()
@@ -94,8 +94,10 @@ def quiet_run(tmp_path_factory) -> tuple[Path, str]:
         contextlib.redirect_stdout(printed),
         contextlib.redirect_stderr(printed),
     ):
-        patch.setenv("VITKIT_EMBEDDED", "1")  # module scope: tiny_run's autouse fixture does not apply yet
-        vitkit.train(out=out, quiet=True, **api_sections([*TINY, "train.steps=2", "optim.warmup_steps=1"]))
+        patch.setenv("VITKIT_EMBEDDED", "1")  # module scope: the autouse fixtures do not apply yet
+        vitkit.train(
+            out=out, quiet=True, **api_sections([*TINY_RECIPE, "train.steps=2", "optim.warmup_steps=1"])
+        )
     return out, printed.getvalue()
 
 
@@ -130,7 +132,7 @@ def test_processes_start_alike_from_python_and_the_command_line(tmp_path, monkey
 
     monkeypatch.setattr("vitkit.api.launch_processes", launcher)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    settings = [*TINY, "train.processes=2", "train.steps=5"]
+    settings = [*TINY_RECIPE, "train.processes=2", "train.steps=5"]
     assert cli.main(["train", "--out", str(tmp_path / "cli"), *settings]) == 3
     with pytest.raises(ProcessesFailed, match="status 3"):
         vitkit.train(out=tmp_path / "cli", quiet=True, **api_sections(settings))

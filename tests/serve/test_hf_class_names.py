@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 import vitkit
 from vitkit.weights.hf import class_names_from_config
@@ -13,16 +12,10 @@ from vitkit.weights.hf import class_names_from_config
 NAMES = ["T-shirt/top", "Trouser", "Pullover"]
 
 
-def tiny_vit() -> torch.nn.Module:
-    return vitkit.create_model(
-        "ViT-B/16", img_size=16, patch_size=8, num_classes=3, depth=1, hidden_size=16, num_heads=2, mlp_dim=16
-    )
-
-
 @pytest.mark.slow  # importing transformers takes seconds
-def test_names_travel_to_transformers_and_back(tmp_path: Path) -> None:
+def test_names_travel_to_transformers_and_back(tmp_path: Path, tiny_vit) -> None:
     transformers = pytest.importorskip("transformers")
-    model = tiny_vit()
+    model = tiny_vit("ViT-B/16")
     model.class_names = NAMES
     hf_model = vitkit.to_hf(model)
     assert hf_model.config.id2label == dict(enumerate(NAMES))
@@ -35,13 +28,15 @@ def test_names_travel_to_transformers_and_back(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_placeholder_labels_are_no_names() -> None:
+def test_placeholder_labels_are_no_names(tiny_vit) -> None:
     pytest.importorskip("transformers")
-    hf_model = vitkit.to_hf(tiny_vit())  # no class names: transformers fills in LABEL_0, LABEL_1, ...
+    hf_model = vitkit.to_hf(
+        tiny_vit("ViT-B/16")
+    )  # no class names: transformers fills in LABEL_0, LABEL_1, ...
     assert hf_model.config.id2label == {0: "LABEL_0", 1: "LABEL_1", 2: "LABEL_2"}
     assert vitkit.from_hf(hf_model).class_names is None
     # a new head of another size drops names that no longer fit
-    named = tiny_vit()
+    named = tiny_vit("ViT-B/16")
     named.class_names = NAMES
     assert vitkit.from_hf(vitkit.to_hf(named), num_classes=5).class_names is None
 

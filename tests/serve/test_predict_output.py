@@ -12,6 +12,7 @@ import torch
 from PIL import Image
 
 import vitkit
+from tiny import build_tiny_vit
 from vitkit.cli import main
 from vitkit.data.decode import decode_image
 from vitkit.data.transforms import eval_transform
@@ -23,9 +24,7 @@ IMAGES = 10  # above the progress bar's threshold
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random ViT whose config.json carries class names."""
-    model = vitkit.create_model(
-        "ViT-B/16", img_size=16, patch_size=8, num_classes=5, depth=1, hidden_size=16, num_heads=2, mlp_dim=16
-    )
+    model = build_tiny_vit("ViT-B/16", num_classes=5)
     with torch.no_grad():
         model.head.weight.normal_(std=1.0)  # distinct probabilities, so ranks and names are tested
     model.class_names = NAMES

@@ -22,16 +22,13 @@ import torch
 from PIL import Image
 
 import vitkit
-from photo_run import photo_run  # noqa: F401  (fixture)
+from tiny import build_tiny_vit
 from vitkit.service import ServiceOptions, asgi_app, load_served_model
 from vitkit.service.app import Service
 from vitkit.service.served_model import ServedModel
 from vitkit.service.server import address, bind, server
 
 CLASSES = ["cat", "dog", "bird"]
-TINY_VIT = dict(
-    img_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=32, num_classes=len(CLASSES)
-)
 DEADLINE = 30.0  # seconds any server start or stop may take before the test fails
 
 
@@ -81,7 +78,7 @@ def running(model: ServedModel, options: ServiceOptions, max_connections: int = 
 def weights_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny ViT (16 px RGB, 3 named classes, a random head so that images differ) saved with save_pretrained."""
     torch.manual_seed(0)
-    model = vitkit.create_model("ViT-Ti/16", **TINY_VIT)
+    model = build_tiny_vit(num_classes=len(CLASSES))
     torch.nn.init.normal_(model.head.weight, std=2.0)
     model.class_names = CLASSES
     directory = tmp_path_factory.mktemp("served") / "tiny"

@@ -1,3 +1,8 @@
-"""A tiny recipe on the embedded Fashion-MNIST subset, so engine tests take seconds."""
+"""The tiny recipe (tests/tiny.py) on the embedded Fashion-MNIST subset, so engine tests take seconds."""
 
-from tiny_run import embedded_data, restore_threads, tiny  # noqa: F401  (fixtures)
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _embedded(embedded_data) -> None:
+    """Every test here on the embedded subset (tests/tiny.py)."""

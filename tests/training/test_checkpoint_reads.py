@@ -21,7 +21,7 @@ def _record_opens(event: str, args: tuple) -> None:
 sys.addaudithook(_record_opens)  # audit hooks cannot be removed: this one records only while asked to
 
 
-def test_a_resume_reads_every_file_of_its_checkpoint_once(tmp_path, tiny, monkeypatch):
+def test_a_resume_reads_every_file_of_its_checkpoint_once(tmp_path, tiny_recipe, monkeypatch):
     global _opened
     run = tmp_path / "run"
     args = [
@@ -29,7 +29,7 @@ def test_a_resume_reads_every_file_of_its_checkpoint_once(tmp_path, tiny, monkey
         "6",
         "--checkpoint-every",
         "4",
-        *tiny,
+        *tiny_recipe,
         "train.ema_decay=0.9",
         "train.keep_checkpoints=2",
     ]

@@ -62,8 +62,10 @@ def test_an_explicit_warmup_is_not_adapted_but_refused():
     assert resolve(["train", "train.steps=30"]).optim.warmup_steps == 2  # the override adapts like --steps
 
 
-def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny, capsys):
-    model = [o for o in tiny if not o.startswith("optim.warmup_steps")]  # the default recipe's warmup: 50
+def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny_recipe, capsys):
+    model = [
+        o for o in tiny_recipe if not o.startswith("optim.warmup_steps")
+    ]  # the default recipe's warmup: 50
     assert cli.main(["train", "--steps", "5", "--out", str(tmp_path / "run"), *model]) == 0
     printed = capsys.readouterr().out
     assert "5 steps instead of the recipe's 700: optim.warmup_steps 50 -> 0" in printed
@@ -75,9 +77,8 @@ def test_a_short_trial_of_the_default_recipe_runs(tmp_path, tiny, capsys):
     assert start[0]["torch"] == torch.__version__ and start[0]["device"] == "cpu" and start[0]["device_name"]
 
 
-def test_fine_tuning_always_starts_from_a_zero_head(tmp_path):
-    torch.manual_seed(0)
-    source = vitkit.create_model("ViT-Ti/16", img_size=28, patch_size=7, in_chans=1, depth=1, num_classes=10)
+def test_fine_tuning_always_starts_from_a_zero_head(tmp_path, tiny_vit):
+    source = tiny_vit(img_size=28, patch_size=7, in_chans=1, num_classes=10)
     torch.nn.init.normal_(source.head.weight)
     vitkit.save_pretrained(source, tmp_path / "w")
     config = finetune_defaults()
@@ -85,5 +86,5 @@ def test_fine_tuning_always_starts_from_a_zero_head(tmp_path):
     model = build_run_model(
         config.validate(), [str(i) for i in range(10)], None
     )  # the same 10 classes: §3.2 still zeroes the head
-    assert model.head.weight.shape == (10, 192) and not model.head.weight.any()
+    assert model.head.weight.shape == (10, 32) and not model.head.weight.any()
     assert torch.equal(model.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)

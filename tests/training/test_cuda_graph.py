@@ -30,8 +30,8 @@ def test_auto_captures_a_one_process_classification_run_on_cuda_only():
         use_cuda_graph(dataclasses.replace(auto, compile=True, cuda_graph="on"), CUDA, "none")
 
 
-def test_on_refuses_a_run_it_cannot_capture_in_one_line(tmp_path, tiny, capsys):
-    argv = ["train", "--out", str(tmp_path / "run"), "--steps", "4", *tiny, "train.cuda_graph=on"]
+def test_on_refuses_a_run_it_cannot_capture_in_one_line(tmp_path, tiny_recipe, capsys):
+    argv = ["train", "--out", str(tmp_path / "run"), "--steps", "4", *tiny_recipe, "train.cuda_graph=on"]
     assert cli.main(argv) == 2
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "train.cuda_graph='on' cannot capture this run" in error
@@ -40,7 +40,7 @@ def test_on_refuses_a_run_it_cannot_capture_in_one_line(tmp_path, tiny, capsys):
     assert "train.cuda_graph" in capsys.readouterr().err
 
 
-def train_on_gpu(out, tiny, *extra) -> dict:
+def train_on_gpu(out, tiny_recipe, *extra) -> dict:
     argv = [
         "train",
         "--out",
@@ -49,7 +49,7 @@ def train_on_gpu(out, tiny, *extra) -> dict:
         "12",
         "--checkpoint-every",
         "6",
-        *tiny,
+        *tiny_recipe,
         "train.device=cuda",
     ]
     assert cli.main([*argv, "train.log_every=1", *extra]) == 0
@@ -57,10 +57,11 @@ def train_on_gpu(out, tiny, *extra) -> dict:
 
 
 @needs_cuda
-def test_graphed_steps_train_as_eager_steps_do(tmp_path, tiny):
+def test_graphed_steps_train_as_eager_steps_do(tmp_path, tiny_recipe):
     micro = "train.micro_batch_size=16"  # two micro-batches a step, inside the graph too
     runs = {
-        mode: train_on_gpu(tmp_path / mode, tiny, micro, f"train.cuda_graph={mode}") for mode in ("off", "on")
+        mode: train_on_gpu(tmp_path / mode, tiny_recipe, micro, f"train.cuda_graph={mode}")
+        for mode in ("off", "on")
     }
     losses = {
         mode: [r["train_loss"] for r in read_metrics(tmp_path / mode) if "train_loss" in r] for mode in runs
@@ -72,9 +73,9 @@ def test_graphed_steps_train_as_eager_steps_do(tmp_path, tiny):
 
 
 @needs_cuda
-def test_a_graphed_run_with_dropout_mixup_and_ema_resumes_bitwise(tmp_path, tiny):
+def test_a_graphed_run_with_dropout_mixup_and_ema_resumes_bitwise(tmp_path, tiny_recipe):
     stateful = ["train.cuda_graph=on", "model.dropout=0.1", "data.mixup=0.2", "train.ema_decay=0.99"]
-    reference = train_on_gpu(tmp_path / "reference", tiny, *stateful)
+    reference = train_on_gpu(tmp_path / "reference", tiny_recipe, *stateful)
     killed = tmp_path / "killed"
     shutil.copytree(tmp_path / "reference", killed)
     shutil.rmtree(killed / "checkpoints" / "step_00000012")

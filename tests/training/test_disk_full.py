@@ -40,11 +40,14 @@ def fail_checkpoint(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
 
 
 def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_files(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tiny: tuple[str, ...]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_recipe: tuple[str, ...],
 ) -> None:
     run = tmp_path / "run"
     fail_checkpoint(monkeypatch, 4)
-    assert cli.main(["train", "--out", str(run), *STEPS, *tiny]) == 1
+    assert cli.main(["train", "--out", str(run), *STEPS, *tiny_recipe]) == 1
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and "Traceback" not in error
     written = run / ckpt.CHECKPOINT_DIR / "step_00000004"
@@ -56,7 +59,10 @@ def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_files
 
 
 def test_a_full_disk_during_the_final_write_names_the_file(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tiny: tuple[str, ...]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tiny_recipe: tuple[str, ...],
 ) -> None:
     run = tmp_path / "run"
     real = storage.save_file
@@ -65,7 +71,7 @@ def test_a_full_disk_during_the_final_write_names_the_file(
         (no_space if "final" in str(path) else real)(tensors, path, *args, **kwargs)
 
     monkeypatch.setattr(storage, "save_file", save_file)
-    assert cli.main(["train", "--out", str(run), *STEPS, *tiny]) == 1
+    assert cli.main(["train", "--out", str(run), *STEPS, *tiny_recipe]) == 1
     error = capsys.readouterr().err.strip()
     assert error.endswith(f"writing {run / 'final' / 'model.safetensors'}; last good checkpoint: step 6")
     assert not leftovers(run)
@@ -73,13 +79,13 @@ def test_a_full_disk_during_the_final_write_names_the_file(
 
 @pytest.mark.slow
 def test_resume_after_a_full_disk_is_bitwise(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny: tuple[str, ...]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tiny_recipe: tuple[str, ...]
 ) -> None:
     reference, run = tmp_path / "reference", tmp_path / "run"
-    assert cli.main(["train", "--out", str(reference), *STEPS, *tiny]) == 0
+    assert cli.main(["train", "--out", str(reference), *STEPS, *tiny_recipe]) == 0
     with monkeypatch.context() as patch:
         fail_checkpoint(patch, 4)
-        assert cli.main(["train", "--out", str(run), *STEPS, *tiny]) == 1
+        assert cli.main(["train", "--out", str(run), *STEPS, *tiny_recipe]) == 1
     assert cli.main(["train", "--out", str(run), "--resume"]) == 0
     for name in ("final/model.safetensors", "checkpoints/step_00000006/model.safetensors"):
         a, b = load_state_dict(reference / name), load_state_dict(run / name)

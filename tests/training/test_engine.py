@@ -18,13 +18,13 @@ from vitkit.training.step import NonFiniteLoss, PendingLosses
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, tiny):
+def trained(tmp_path_factory, tiny_recipe):
     """One 60-step run shared by the tests that read it: (run directory, what the CLI printed)."""
     out = tmp_path_factory.mktemp("trained") / "run"
     threads = torch.get_num_threads()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(io.StringIO()) as printed:
         patch.setenv("VITKIT_EMBEDDED", "1")
-        args = ["--steps", "60", "--checkpoint-every", "20", *tiny, "train.eval_every=30"]
+        args = ["--steps", "60", "--checkpoint-every", "20", *tiny_recipe, "train.eval_every=30"]
         code = cli.main(["train", "--out", str(out), *args])
     torch.set_num_threads(threads)
     assert code == 0
@@ -94,7 +94,9 @@ def test_eval_compiled_for_inference_gives_the_eager_loss(trained, tmp_path, cap
 
 
 @pytest.mark.slow
-def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_head(trained, tmp_path, tiny):
+def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_head(
+    trained, tmp_path, tiny_recipe
+):
     out, _ = trained
     tuned = tmp_path / "tuned"
     args = [
@@ -105,7 +107,7 @@ def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_hea
         str(tuned),
         "--steps",
         "4",
-        *tiny,
+        *tiny_recipe,
         "model.img_size=56",
     ]
     assert cli.main([*args, "train.micro_batch_size=16", "train.ema_decay=0.9999"]) == 0
@@ -116,7 +118,7 @@ def test_finetune_at_a_higher_resolution_starts_from_the_weights_with_a_zero_hea
 
 
 def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
-    tmp_path, capsys, monkeypatch, tiny
+    tmp_path, capsys, monkeypatch, tiny_recipe
 ):
     real_loss, calls = objectives.classification_loss, []
 
@@ -127,7 +129,7 @@ def test_a_nan_loss_stops_with_the_step_and_keeps_the_last_good_checkpoint(
 
     monkeypatch.setattr(objectives, "classification_loss", loss_that_explodes)
     out = tmp_path / "run"
-    code = cli.main(["train", "--out", str(out), "--steps", "30", "--checkpoint-every", "5", *tiny])
+    code = cli.main(["train", "--out", str(out), "--steps", "30", "--checkpoint-every", "5", *tiny_recipe])
     error = capsys.readouterr().err
     assert code == 1
     assert "loss is nan at step 13" in error and "last good checkpoint: step 10" in error
@@ -162,15 +164,15 @@ def test_deferred_losses_are_checked_when_read_on_cuda_and_by_the_step_on_cpu():
         (["--config", "/no/such.toml"], "/no/such.toml: no such config file"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, args, message, tiny):
-    code = cli.main(["train", "--out", str(tmp_path / "run"), "--steps", "5", *tiny, *args])
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys, args, message, tiny_recipe):
+    code = cli.main(["train", "--out", str(tmp_path / "run"), "--steps", "5", *tiny_recipe, *args])
     error = capsys.readouterr().err
     assert code == 2
     assert message in error and len(error.strip().splitlines()) == 1
 
 
-def test_a_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, capsys, tiny):
-    args = ["--data-dir", str(tmp_path / "none"), "data.dataset=cifar10", *tiny]
+def test_a_missing_dataset_says_where_it_looked_and_how_to_get_it(tmp_path, capsys, tiny_recipe):
+    args = ["--data-dir", str(tmp_path / "none"), "data.dataset=cifar10", *tiny_recipe]
     code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
     error = capsys.readouterr().err
     assert code == 2 and str(tmp_path / "none") in error and "cifar" in error.lower()
@@ -186,14 +188,14 @@ def write_gray_folder(root, per_class):
                 Image.new("L", (28, 28), color=40 * i).save(folder / f"{i}.png")
 
 
-def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
+def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny_recipe):
     write_gray_folder(tmp_path / "images", per_class=2)
     bad = tmp_path / "images" / "train" / "a" / "broken.png"
     bad.write_bytes(b"not a png")
     (tmp_path / "images" / "test" / "b" / "broken.png").write_bytes(b"not a png either")  # evaluated once
     args = [
         f"data.source=folder:{tmp_path / 'images'}",
-        *tiny,
+        *tiny_recipe,
         "train.batch_size=5",
     ]  # the broken file is read
     code = cli.main(["train", "--out", str(tmp_path / "run"), *args])
@@ -214,18 +216,20 @@ def test_a_corrupt_image_is_reported_with_its_path(tmp_path, capsys, tiny):
 
 
 @pytest.mark.slow
-def test_an_existing_run_is_not_overwritten_and_resume_must_match(tmp_path, capsys, tiny):
+def test_an_existing_run_is_not_overwritten_and_resume_must_match(tmp_path, capsys, tiny_recipe):
     out = tmp_path / "run"
-    assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny]) == 0
-    assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny]) == 2
+    assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny_recipe]) == 0
+    assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny_recipe]) == 2
     assert "already holds a run; pass --resume" in capsys.readouterr().err
-    assert cli.main(["train", "--out", str(out), "--steps", "4", "--resume", *tiny, "optim.lr=0.1"]) == 2
+    assert (
+        cli.main(["train", "--out", str(out), "--steps", "4", "--resume", *tiny_recipe, "optim.lr=0.1"]) == 2
+    )
     error = capsys.readouterr().err
     assert "differs from the saved" in error and "optim.lr" in error
     assert cli.main(["train", "--out", str(out), "--resume"]) == 0
 
 
-def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkeypatch, tiny):
+def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkeypatch, tiny_recipe):
     write_gray_folder(tmp_path / "images", per_class=4)
     read = LazySource.read
 
@@ -236,28 +240,49 @@ def test_the_time_spent_waiting_for_batches_is_reported(tmp_path, capsys, monkey
         return read(self, index, channels)
 
     monkeypatch.setattr(LazySource, "read", slow_read)
-    args = [f"data.source=folder:{tmp_path / 'images'}", *tiny, "train.batch_size=4", "train.log_every=1"]
+    args = [
+        f"data.source=folder:{tmp_path / 'images'}",
+        *tiny_recipe,
+        "train.batch_size=4",
+        "train.log_every=1",
+    ]
     assert cli.main(["train", "--out", str(tmp_path / "run"), "--steps", "4", *args]) == 0
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert 0.6 < report["data_wait_share"] <= 1.0 and report["step_seconds"]["data"] >= 4 * 0.03
     assert "data wait" in capsys.readouterr().out
 
 
-def test_a_micro_batch_cap_above_the_batch_trains_as_one_pass(tmp_path, tiny):
+def test_a_micro_batch_cap_above_the_batch_trains_as_one_pass(tmp_path, tiny_recipe):
     runs = {}
     for cap in (0, 128):  # 128 > the batch of 32: finetune's default cap with a small batch
         runs[cap] = tmp_path / f"cap{cap}"
-        args = ["train", "--out", str(runs[cap]), "--steps", "4", *tiny, f"train.micro_batch_size={cap}"]
+        args = [
+            "train",
+            "--out",
+            str(runs[cap]),
+            "--steps",
+            "4",
+            *tiny_recipe,
+            f"train.micro_batch_size={cap}",
+        ]
         assert cli.main(args) == 0
     weights = [load_state_dict(run / "final" / "model.safetensors") for run in runs.values()]
     assert all(torch.equal(weights[0][name], weights[1][name]) for name in weights[0])
 
 
 def test_a_batch_that_does_not_split_into_micro_batches_is_refused_before_anything_is_written(
-    tmp_path, tiny, capsys
+    tmp_path, tiny_recipe, capsys
 ):
     out = tmp_path / "run"
-    argv = ["train", "--out", str(out), "--steps", "5", *tiny, "train.micro_batch_size=12"]  # 32 = 2 x 12 + 8
+    argv = [
+        "train",
+        "--out",
+        str(out),
+        "--steps",
+        "5",
+        *tiny_recipe,
+        "train.micro_batch_size=12",
+    ]  # 32 = 2 x 12 + 8
     assert cli.main(argv) == 2
     error = capsys.readouterr().err.strip()
     assert "train.batch_size 32 must split evenly over 1 rank(s) and then into micro-batches" in error

@@ -14,6 +14,7 @@ import torch
 import vitkit
 from image_collections import write_folder, write_packed
 from timestamped import timestamped_output
+from tiny import build_tiny_vit
 from vitkit import cli
 from vitkit.cache import CACHE_ENV
 from vitkit.data import FolderSource
@@ -24,7 +25,6 @@ from vitkit.training.linear_head import chosen_l2, cross_validated, fold_of
 
 ROOT = Path(__file__).parents[2]
 RECIPE = str(ROOT / "configs" / "photos_linear.toml")
-SMALL = dict(img_size=32, patch_size=8, hidden_size=32, depth=1, num_heads=2, mlp_dim=32, num_classes=7)
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +36,8 @@ def photos(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory) -> Path:
     """A small pretrained-like ViT (7 classes: the head the fit replaces) saved as a weights directory."""
-    torch.manual_seed(0)
     path = tmp_path_factory.mktemp("weights") / "vit"
-    vitkit.create_model("ViT-Ti/16", **SMALL).save_pretrained(path)
+    build_tiny_vit(img_size=32, patch_size=8, num_classes=7).save_pretrained(path)
     return path
 
 

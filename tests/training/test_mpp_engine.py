@@ -27,14 +27,14 @@ MPP = ["train.objective=mpp", "train.fewshot_every=20", "train.fewshot_num_test=
 
 
 @pytest.fixture(scope="module")
-def mpp_run(tmp_path_factory, tiny):
+def mpp_run(tmp_path_factory, tiny_recipe):
     """One MPP engine run with dropout, drop-path, EMA and micro-batches, shared by the tests that read it."""
     out = tmp_path_factory.mktemp("mpp") / "run"
-    overrides = [*tiny, *STATEFUL, *MPP, f"train.steps={STEPS}", "train.checkpoint_every=20"]
+    overrides = [*tiny_recipe, *STATEFUL, *MPP, f"train.steps={STEPS}", "train.checkpoint_every=20"]
     threads = torch.get_num_threads()
     with (
         pytest.MonkeyPatch.context() as patch
-    ):  # module scope: the autouse fixtures of tiny_run do not apply yet
+    ):  # module scope: the autouse fixtures (tests/tiny.py) do not apply yet
         patch.setenv("VITKIT_EMBEDDED", "1")
         trainer.run_training(apply_overrides(RunConfig(), overrides), out)
     torch.set_num_threads(threads)
@@ -128,7 +128,7 @@ def test_an_mpp_resume_ends_bitwise_identical(mpp_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_train_subset_is_class_balanced_reproducible_and_sets_the_epoch(tmp_path, tiny):
+def test_train_subset_is_class_balanced_reproducible_and_sets_the_epoch(tmp_path, tiny_recipe):
     dataset = load_dataset("fashion_mnist", "train")
     subset = balanced_subset(dataset, 25, seed=3)
     assert len(subset) == 25 and torch.bincount(subset.labels).tolist() == [3] * 5 + [2] * 5
@@ -139,14 +139,16 @@ def test_train_subset_is_class_balanced_reproducible_and_sets_the_epoch(tmp_path
             balanced_subset(dataset, size)
     out = tmp_path / "run"
     with contextlib.redirect_stdout(io.StringIO()):
-        assert cli.main(["train", "--out", str(out), "--steps", "4", *tiny, "data.train_subset=64"]) == 0
+        assert (
+            cli.main(["train", "--out", str(out), "--steps", "4", *tiny_recipe, "data.train_subset=64"]) == 0
+        )
     report = json.loads((out / "report.json").read_text())
     assert report["epochs"] == 2.0 and "class-balanced subset of 64 images" in report["train_data"]
 
 
-def test_a_bad_objective_is_one_line_and_exit_code_2(tmp_path, capsys, tiny):
+def test_a_bad_objective_is_one_line_and_exit_code_2(tmp_path, capsys, tiny_recipe):
     """The other objective settings are checked in tests/test_config.py."""
-    assert cli.main(["train", "--out", str(tmp_path / "run"), *tiny, "train.objective=bert"]) == 2
+    assert cli.main(["train", "--out", str(tmp_path / "run"), *tiny_recipe, "train.objective=bert"]) == 2
     expected = "vitkit train: error: train.objective must be one of ['classification', 'mpp'], got 'bert'"
     assert capsys.readouterr().err.strip() == expected
 

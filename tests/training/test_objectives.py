@@ -4,6 +4,7 @@ which split it measures during training and at the end."""
 import pytest
 import torch
 
+from tiny import build_tiny_vit
 from vitkit.data import load_dataset
 from vitkit.evaluation.evaluators import due
 from vitkit.models import create_model
@@ -33,7 +34,7 @@ def test_classification_measures_validation_during_training_when_held_out_and_te
 def test_masked_patch_prediction_trains_a_vit_only_and_exports_the_vit_inside():
     mpp = objectives.objective_for(TrainSection(objective="mpp"))
     assert mpp.num_classes(["a", "b"]) == 0 and mpp.cuda_graph_refusal
-    vit = create_model("ViT-Mini/4", num_classes=0, img_size=28, in_chans=1)
+    vit = build_tiny_vit(num_classes=0)
     assert mpp.exported(mpp.trained(vit, [])) is vit
     with pytest.raises(ValueError, match="needs a Vision Transformer; the model is a ResNetV2"):
         mpp.trained(create_model("R50x1", num_classes=0, layers=[1]), [])

@@ -6,19 +6,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitkit import create_model
 from vitkit.recipe.run_config import OptimSection
 from vitkit.training.averaging import ema_model
 from vitkit.training.objectives import classification_loss
 from vitkit.training.optim import build_optimizer, learning_rate
 
 
-def tiny_vit():
-    dims = dict(hidden_size=16, depth=1, num_heads=2, mlp_dim=32)
-    return create_model("ViT-Ti/16", img_size=8, patch_size=4, num_classes=3, **dims)
-
-
-def test_weight_decay_skips_biases_norms_position_embeddings_and_class_token():
+def test_weight_decay_skips_biases_norms_position_embeddings_and_class_token(tiny_vit):
     model = tiny_vit()
     optimizer = build_optimizer(model, OptimSection(weight_decay=0.1), torch.device("cpu"))
     decayed, exempt = optimizer.param_groups
@@ -30,7 +24,7 @@ def test_weight_decay_skips_biases_norms_position_embeddings_and_class_token():
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["betas"] == (0.9, 0.999)
 
 
-def test_sgd_for_fine_tuning_has_momentum_and_no_decay():
+def test_sgd_for_fine_tuning_has_momentum_and_no_decay(tiny_vit):
     optimizer = build_optimizer(tiny_vit(), OptimSection(name="sgd", weight_decay=0.0), torch.device("cpu"))
     assert isinstance(optimizer, torch.optim.SGD) and optimizer.defaults["momentum"] == 0.9
     assert len(optimizer.param_groups) == 1 and optimizer.param_groups[0]["weight_decay"] == 0.0

@@ -9,6 +9,7 @@ import pytest
 
 import vitkit
 from timestamped import timestamped_output
+from tiny import build_tiny_official_vit
 from vitkit.training import progress
 
 
@@ -55,8 +56,7 @@ sys.exit(cli.main(sys.argv[1:]))
 def test_a_slow_stepping_finetune_trial_prints_at_least_every_few_seconds(tmp_path):
     """The acceptance, scaled down: no stretch of a command's output over 30 s without a line (here: none over a
     few LOG_SECONDS, timestamped as the lines arrive), the first step's line within one step of it."""
-    tiny = dict(img_size=32, hidden_size=32, depth=1, num_heads=2, mlp_dim=64, num_classes=10)
-    vitkit.export_npz(vitkit.create_model("ViT-B/16", activation="gelu_tanh", **tiny), tmp_path / "w.npz")
+    vitkit.export_npz(build_tiny_official_vit(num_classes=10), tmp_path / "w.npz")
     argv = ["finetune", "--weights", "w.npz", "--steps", "3", "--batch-size", "8", "--out", "run"]
     argv += ["data.source=synthetic", "model.img_size=32", "train.device=cpu", "train.threads=1"]
     stamped = timestamped_output(TRIAL, argv, tmp_path, timeout=120)

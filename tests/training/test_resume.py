@@ -38,13 +38,13 @@ COMPARED = ("final/model.safetensors", f"checkpoints/step_{STEPS:08d}/model.safe
 
 
 @pytest.fixture(scope="module")
-def sources(tmp_path_factory, tiny) -> dict[str, list[str]]:
+def sources(tmp_path_factory, tiny_recipe) -> dict[str, list[str]]:
     """The recipe on each kind of source: an image folder of 36 images (3 steps an epoch, so the resume starts
     mid-epoch), read per sample, and the synthetic set, held in memory."""
     images = grey_folder(tmp_path_factory.mktemp("resume") / "images", classes=("a", "b", "c"), per_class=12)
     return {
-        "folder": [*tiny, *RECIPE, f"data.source=folder:{images}"],
-        "memory": [*tiny, *RECIPE, *IN_MEMORY],
+        "folder": [*tiny_recipe, *RECIPE, f"data.source=folder:{images}"],
+        "memory": [*tiny_recipe, *RECIPE, *IN_MEMORY],
     }
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tiny_run import TINY
+from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.training.checkpoint import CHECKPOINT_DIR
@@ -25,7 +25,9 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "run"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("VITKIT_EMBEDDED", "1")
-        assert cli.main(["train", "--out", str(out), "--steps", "2", *TINY, "optim.warmup_steps=1"]) == 0
+        assert (
+            cli.main(["train", "--out", str(out), "--steps", "2", *TINY_RECIPE, "optim.warmup_steps=1"]) == 0
+        )
     return out
 
 
@@ -116,21 +118,25 @@ def test_the_resume_mismatch_names_only_the_differing_fields(
     ],
 )
 def test_a_rejected_recipe_leaves_no_run_directory(
-    override: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny: tuple[str, ...]
+    override: str,
+    message: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    tiny_recipe: tuple[str, ...],
 ) -> None:
     out = tmp_path / "run"
-    assert cli.main(["train", "--out", str(out), "--steps", "5", *tiny, override]) == 2
+    assert cli.main(["train", "--out", str(out), "--steps", "5", *tiny_recipe, override]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and message in error, error
     assert not out.exists()
 
 
 def test_a_model_that_fails_to_build_leaves_no_run_directory(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny: tuple[str, ...]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_recipe: tuple[str, ...]
 ) -> None:
     """Checked once the data is known (the dataset's class count), still before anything is written."""
     out = tmp_path / "run"
-    assert cli.main(["train", "--out", str(out), "--steps", "5", *tiny, "model.num_classes=3"]) == 2
+    assert cli.main(["train", "--out", str(out), "--steps", "5", *tiny_recipe, "model.num_classes=3"]) == 2
     assert "model.num_classes is 3 but the dataset has 10 classes" in capsys.readouterr().err
     assert not out.exists()
     assert not (tmp_path / RECIPE_NAME).exists()
@@ -156,7 +162,7 @@ def test_resuming_a_read_only_run_is_one_line(finished_run: Path, tmp_path: Path
 
 @pytest.mark.parametrize("resume", [False, True])
 def test_out_onto_a_users_directory_deletes_nothing(
-    resume: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny: tuple[str, ...]
+    resume: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str], tiny_recipe: tuple[str, ...]
 ) -> None:
     """A directory holding anything but a vitkit run is refused before a file is written or removed."""
     out = tmp_path / "mine"
@@ -164,7 +170,7 @@ def test_out_onto_a_users_directory_deletes_nothing(
     (out / "tensorboard" / "x" / "precious.txt").write_text("k")
     (out / "metrics.jsonl").write_text("my own\n")
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    args = ["train", "--out", str(out), "--steps", "5", *tiny] + (["--resume"] if resume else [])
+    args = ["train", "--out", str(out), "--steps", "5", *tiny_recipe] + (["--resume"] if resume else [])
     assert cli.main(args) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and str(out) in error, error
@@ -172,10 +178,10 @@ def test_out_onto_a_users_directory_deletes_nothing(
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 
 
-def test_out_onto_an_empty_directory_trains(tmp_path: Path, tiny: tuple[str, ...]) -> None:
+def test_out_onto_an_empty_directory_trains(tmp_path: Path, tiny_recipe: tuple[str, ...]) -> None:
     out = tmp_path / "empty"
     out.mkdir()
-    assert cli.main(["train", "--out", str(out), "--steps", "2", *tiny, "optim.warmup_steps=1"]) == 0
+    assert cli.main(["train", "--out", str(out), "--steps", "2", *tiny_recipe, "optim.warmup_steps=1"]) == 0
     assert (out / RECIPE_NAME).is_file()
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import vitkit
+from tiny import build_tiny_official_vit
 from vitkit.configs import RECIPES_DIR, shipped_recipes
 from vitkit.recipe.resolve import load_config, recipe_file
 
@@ -54,10 +55,7 @@ def test_an_unknown_name_lists_the_shipped_ones(tmp_path, monkeypatch):
 def test_finetune_by_name_from_an_empty_directory(tmp_path):
     """The installed command, started in a directory that holds nothing but the weights."""
     weights = tmp_path / "ViT-B_16.npz"
-    tiny = dict(
-        img_size=32, hidden_size=32, depth=1, num_heads=2, mlp_dim=64, num_classes=10, activation="gelu_tanh"
-    )
-    vitkit.export_npz(vitkit.create_model("ViT-B/16", **tiny), weights)
+    vitkit.export_npz(build_tiny_official_vit(num_classes=10), weights)
     run = subprocess.run(
         [
             sys.executable,

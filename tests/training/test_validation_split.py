@@ -33,9 +33,9 @@ def test_the_held_out_split_is_balanced_disjoint_complete_and_keyed_by_its_seed(
         hold_out(dataset, 5)
 
 
-def test_a_run_trains_without_the_split_evaluates_on_it_meanwhile_and_reports_both(tmp_path, tiny):
+def test_a_run_trains_without_the_split_evaluates_on_it_meanwhile_and_reports_both(tmp_path, tiny_recipe):
     out = tmp_path / "run"
-    overrides = [*tiny, "train.steps=4", "train.eval_every=2", "data.val_split=200", "data.val_seed=1"]
+    overrides = [*tiny_recipe, "train.steps=4", "train.eval_every=2", "data.val_split=200", "data.val_seed=1"]
     report = trainer.run_training(apply_overrides(RunConfig(), overrides), out)
     periodic = [r for r in read_metrics(out) if "wall_seconds" in r]
     assert "val_top1" in periodic[0] and "test_top1" not in periodic[0]  # step 2: validation only

@@ -13,8 +13,6 @@ import pytest
 import torch
 from torch import nn
 
-from reliability.conftest import deadline  # noqa: F401  (autouse: a download test that blocks fails)
-
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
 
 
@@ -167,3 +165,8 @@ def file_server():
     yield server
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def _deadline(deadline) -> None:
+    """Every test here under a deadline (tests/deadline.py): a download test that blocks fails."""

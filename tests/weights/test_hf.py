@@ -87,8 +87,8 @@ def test_official_weights_through_transformers() -> None:
         (dict(pos_embed="sincos"), "pos_embed 'sincos'"),
     ],
 )
-def test_to_hf_refuses_what_transformers_cannot_hold(overrides: dict, message: str) -> None:
-    model = vitkit.create_model("ViT-Ti/16", depth=1, img_size=32, num_classes=3, **overrides)
+def test_to_hf_refuses_what_transformers_cannot_hold(overrides: dict, message: str, tiny_vit) -> None:
+    model = tiny_vit(**overrides)
     with pytest.raises(ValueError, match=message):
         vitkit.to_hf(model)
 

@@ -184,12 +184,12 @@ def test_export_is_bitwise(case: str, tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_export_refuses_what_jax_cannot_hold(tmp_path: Path) -> None:
-    model = vitkit.create_model("ViT-Ti/16", depth=1, img_size=32, pos_embed="learned_2d")
+def test_export_refuses_what_jax_cannot_hold(tmp_path: Path, tiny_vit) -> None:
+    model = tiny_vit(pos_embed="learned_2d")
     with pytest.raises(ValueError, match="learned_2d"):
         export_npz(model, tmp_path / "x.npz")
     with pytest.warns(UserWarning, match="tanh GELU"):
-        export_npz(vitkit.create_model("ViT-Ti/16", depth=1, img_size=32), tmp_path / "erf.npz")
+        export_npz(tiny_vit(), tmp_path / "erf.npz")
 
 
 def test_attention_pooling_head_is_refused(tmp_path: Path) -> None:

@@ -108,6 +108,7 @@ def test_config_json_is_plain_json(tmp_path: Path) -> None:
 
 
 def test_non_square_state_dict_needs_its_training_size(tmp_path: Path) -> None:
+    # a registry width: a bare state dict does not say its number of heads
     model = randomize(vitkit.create_model("ViT-Ti/16", depth=1, img_size=(32, 48), num_classes=2))
     torch.save(model.state_dict(), tmp_path / "wide.pth")
     with pytest.raises(ValueError, match="do not form a square grid; pass the source img_size"):
