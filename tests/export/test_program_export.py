@@ -59,7 +59,7 @@ def test_every_model_kind_exports(kind: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["ViT-B/16", "R50+ViT-B/16"])
+@pytest.mark.parametrize("name", ["ViT-B/16"])  # the full-size hybrid: test_onnx_export.py (torch.export too)
 def test_full_size_models_export(name: str, tmp_path: Path) -> None:
     model = vitkit.create_model(name).eval()
     with torch.no_grad():

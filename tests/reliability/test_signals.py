@@ -3,7 +3,7 @@ SIGTERM at random points, sent to the main process or to the whole process group
 and `kill -TERM -PGID` send them), stop them within seconds, exit 130 with one line and leave no process behind,
 and a resume started at once after SIGKILL (as torchrun
 restarts a worker) takes the lock and runs. The default suite signals one point and allows the interpreter's
-teardown up to HANG_SECONDS (no hang); the slow tests, 15 points of each signal and target, want the exit itself within
+teardown up to HANG_SECONDS (no hang); the slow tests, RANDOM_POINTS points of each signal and target, want the exit itself within
 EXIT_SECONDS, which needs a machine not shared with other heavy work."""
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ HANG_SECONDS = 60  # the interpreter's own teardown after the run stopped, on a 
 START_SECONDS = 60  # a process start-up (imports, data, model) on a loaded machine
 LEFTOVER_SECONDS = 10  # for the last worker process to be gone once the main process exited
 INTERRUPTED = "vitkit train: interrupted"
+RANDOM_POINTS = 8  # per signal and target, 32 runs in all: CI time
+IMMEDIATE_RESUMES = 6
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +148,10 @@ def test_sigterm_to_the_process_group_ends_a_run_as_interrupted(tmp_path: Path, 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", [False, True], ids=["process", "group"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_15_random_points_each_end_within_seconds(
+def test_random_points_each_end_within_seconds(
     sig: int, group: bool, tmp_path: Path, folder: Path
 ) -> None:
-    points = [(point, sig) for point, _ in random_points(15, seed=sig)]
+    points = [(point, sig) for point, _ in random_points(RANDOM_POINTS, seed=sig)]
     check_points(points, tmp_path, folder, EXIT_SECONDS, group)
 
 
@@ -182,5 +184,5 @@ def test_a_resume_started_at_once_after_sigkill_runs(tmp_path: Path, folder: Pat
 
 
 @pytest.mark.slow
-def test_10_immediate_resumes_after_sigkill_all_start(tmp_path: Path, folder: Path) -> None:
-    kill_and_resume(tmp_path / "run", folder, kills=10, seed=1)
+def test_immediate_resumes_after_sigkill_all_start(tmp_path: Path, folder: Path) -> None:
+    kill_and_resume(tmp_path / "run", folder, kills=IMMEDIATE_RESUMES, seed=1)
