@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torchvision.ops import StochasticDepth
 
 from vitkit.device import cpu_flags
 from vitkit.models.config import ViTConfig, to_pair
@@ -132,6 +131,16 @@ class Mlp(nn.Module):
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
 
+def stochastic_depth(rate: float) -> nn.Module:
+    """torchvision's per-sample StochasticDepth at `rate`; the identity at 0, so that building a model (a
+    pretrained one to predict with or fit a head on) never pays the seconds of importing torchvision."""
+    if rate == 0:
+        return nn.Identity()
+    from torchvision.ops import StochasticDepth
+
+    return StochasticDepth(rate, mode="row")
+
+
 class Block(nn.Module):
     """One encoder layer: Eq. 2 then Eq. 3, pre-norm, residuals (with stochastic depth when training)."""
 
@@ -142,7 +151,7 @@ class Block(nn.Module):
         self.attn = Attention(dim, config.num_heads, config.attention_dropout, config.dropout, num_rel_tokens)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = Mlp(dim, config.mlp_dim, config.activation, config.dropout)
-        self.drop_path = StochasticDepth(drop_path, mode="row")
+        self.drop_path = stochastic_depth(drop_path)
 
     def forward(
         self, x: torch.Tensor, need_weights: bool = False, queries: int | None = None
