@@ -20,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from vitkit.device import cpu_flags
 from vitkit.models.config import ViTConfig, to_pair
+from vitkit.models.init import normal_
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
 from vitkit.storage import SavePretrainedMixin
@@ -310,7 +311,7 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
                 elif name.endswith(("attn.proj", "mlp.fc1", "mlp.fc2")):
                     nn.init.xavier_uniform_(module.weight)
                     if "mlp" in name:
-                        nn.init.normal_(module.bias, std=1e-6)
+                        normal_(module.bias, 1e-6)
                     else:
                         nn.init.zeros_(module.bias)
         lecun_normal_(self.patch_embed.proj.weight)
