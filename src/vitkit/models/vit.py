@@ -228,17 +228,28 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         patches, grid = self.patchify(x)
         return self.add_position(patches, grid), grid
 
-    def encode(self, z: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+    def encode(self, z: torch.Tensor, queries: int | None = None, first: int = 0) -> torch.Tensor:
         """Eq. 2-3 for every layer, then the LayerNorm of Eq. 4; on every token, or with `queries` the last
-        layer and the norm on the first `queries` tokens only."""
+        layer and the norm on the first `queries` tokens only. With `first`, `z` is the sequence entering layer
+        `first` (`tokens_entering`), and only the layers from there run."""
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
+            if i < first:
+                continue
             rows = queries if i == last else None
             if self.grad_checkpointing:
                 z = checkpoint(block, z, False, rows, use_reentrant=False)[0]
             else:
                 z = block(z, queries=rows)[0]
         return self.norm(z)
+
+    def tokens_entering(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """z_layer, the token sequence [B, T, D] entering block `layer` (0: Eq. 1's z_0): what layers that stay
+        frozen hand to the ones tuned (`encode(z, first=layer)` continues from it)."""
+        z = self.embed(x)[0]
+        for block in self.blocks[:layer]:
+            z = block(z)[0]
+        return z
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Encoded, normalised token sequence [B, T, D]."""
