@@ -172,8 +172,8 @@ def split_features(
         )
         with progress, eval_mode(model), precision.inference(model) as forward:
             for batch in batches:
-                features = compute(forward, batch.images).float().cpu()
-                store.add([keys[int(i)] for i in batch.indices], features)
+                computed = compute(forward, batch.images).float().cpu()
+                store.add([keys[int(i)] for i in batch.indices], computed)
                 skipped += batch.skipped
                 progress.update(len(batch.indices) + len(batch.skipped))
     read = [index for index, key in enumerate(keys) if key in store]
