@@ -17,9 +17,10 @@ import vitkit
 from docs.documents import ROOT
 
 # A ViT-B/16 in layout and patch size (the official .npz tree, 16x16 patches, 1000-class head), a few thousand
-# times smaller: the examples load, resample and convert it as they would the real file.
+# times smaller: the examples load, resample and convert it as they would the real file; 2 blocks, which
+# photos_last_blocks.toml tunes.
 TINY_VIT = dict(
-    img_size=32, hidden_size=32, depth=1, num_heads=2, mlp_dim=64, num_classes=1000, activation="gelu_tanh"
+    img_size=32, hidden_size=32, depth=2, num_heads=2, mlp_dim=64, num_classes=1000, activation="gelu_tanh"
 )
 PHOTO_CLASSES = ("cat", "dog")
 PHOTOS_PER_CLASS = {"train": 4, "test": 2}
