@@ -153,3 +153,21 @@ def test_the_checks_find_a_cycle_and_a_nested_import(tmp_path: Path) -> None:
     assert tangles(graph) == [{"pkg", "pkg.a", "pkg.sub", "pkg.sub.helper"}]
     assert shortest_cycle(tangles(graph)[0], graph) == ["pkg", "pkg.a", "pkg.sub.helper", "pkg"]
     assert nested == [f"{package / 'a.py'}:4: from pkg import b"]
+
+
+def test_torchvision_is_imported_where_used_outside_the_benchmarks() -> None:
+    """Importing torchvision costs as much as importing torch (it imports torch._dynamo): a command that loads
+    weights and reads photos (predict, a linear head's second fit) must not pay it, so outside vitkit.bench it is
+    imported inside the functions that use it."""
+    top_level = []
+    for name, path in module_files(SRC, PACKAGE).items():
+        if name.startswith(f"{PACKAGE}.bench"):
+            continue
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                modules = (
+                    [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                )
+                if any(m.split(".")[0] == "torchvision" for m in modules):
+                    top_level.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
+    assert not top_level, "torchvision imported at module top:\n" + "\n".join(top_level)

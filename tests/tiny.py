@@ -53,7 +53,9 @@ def build_tiny_vit(base: str = "ViT-Ti/16", **overrides) -> Model:
 def build_tiny_official_vit(**overrides) -> Model:
     """The tiny ViT as a ViT-B/16 in layout and patch size (16x16 patches on 32 px, the tanh GELU of the official
     .npz files), a few thousand times smaller: what commands and examples load as they would the real file."""
-    official = dict(img_size=32, patch_size=16, depth=1, mlp_dim=64, activation="gelu_tanh")
+    official = dict(
+        img_size=32, patch_size=16, depth=2, mlp_dim=64, activation="gelu_tanh"
+    )  # 2: photos_last_blocks tunes 2
     return build_tiny_vit("ViT-B/16", **{**official, **overrides})
 
 

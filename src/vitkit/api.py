@@ -79,7 +79,9 @@ def finetune(
     """Fine-tune `weights` (anything vitkit.load_weights reads) with the paper's recipe (§3.2, B.1.1) or `recipe`
     under `sections`, as `vitkit finetune --weights` does: a zero-initialised head, position embeddings resampled
     to a new `model.img_size`; with train.fit='linear' (configs/photos_linear.toml) a closed-form head on the
-    frozen features instead (vitkit.training.linear_head). Returns report.json."""
+    frozen features instead (vitkit.training.linear_head), with train.fit='last_blocks'
+    (configs/photos_last_blocks.toml) the last blocks and a head on cached tokens (vitkit.training.last_blocks).
+    Returns report.json."""
     request = RecipeRequest(
         "finetune", recipe, section_settings(sections), str(weights), epochs, resume, out, print_config
     )

@@ -163,7 +163,7 @@ def test_online_download_goes_to_data_dir_with_md5(tmp_path, monkeypatch):
         shutil.copy(EMBEDDED_DIR / filename.replace("train", "t10k"), Path(root) / filename)
 
     monkeypatch.setattr(builtin, "_online", lambda url: True)
-    monkeypatch.setattr(builtin, "download_url", fake_download)
+    monkeypatch.setattr("torchvision.datasets.utils.download_url", fake_download)  # imported when used
     ds = load_dataset("fashion_mnist", "train", str(tmp_path / "dl"))
     assert ds.description == f"Fashion-MNIST train, full set (1000 images) downloaded to {tmp_path / 'dl'}"
     assert [c[2] for c in calls] == ["8d4fb7e6c68d591d4c3dfef9ec88bf0d", "25c81989df183df01b3e8a0aad5dffbe"]
@@ -171,7 +171,7 @@ def test_online_download_goes_to_data_dir_with_md5(tmp_path, monkeypatch):
     def corrupted(url, root, filename, md5):
         raise RuntimeError("File not found or corrupted.")
 
-    monkeypatch.setattr(builtin, "download_url", corrupted)
+    monkeypatch.setattr("torchvision.datasets.utils.download_url", corrupted)
     with pytest.raises(ValueError, match="t10k-images-idx3-ubyte.gz.*MD5"):
         load_dataset("fashion_mnist", "test", str(tmp_path / "dl2"))
 

@@ -22,14 +22,16 @@ from vitkit.cli import build_parser, main, parse
 
 COMMANDS = [command for path in documents() for command in command_lines(path)]
 RUN = {"models", "demo", "convert", "predict"}
-LINEAR_RECIPE = "photos_linear"  # a linear-head fit: one pass over the workspace's photos, seconds
+# fits on cached features: one pass over the workspace's photos (and a few steps of its tiny ViT's last blocks)
+FROZEN_RECIPES = {"photos_linear", "photos_last_blocks"}
 
 
 def runs(command: CommandLine) -> bool:
-    """Whether a line runs for real: the commands of RUN, and the linear-head fits whose runs later lines read."""
+    """Whether a line runs for real: the commands of RUN, and the fits on cached features whose runs later lines
+    read."""
     words = command.argv
-    linear = words[:1] == ("finetune",) and any(Path(word).stem == LINEAR_RECIPE for word in words)
-    return bool(words) and (words[0] in RUN or linear)
+    frozen = words[:1] == ("finetune",) and any(Path(word).stem in FROZEN_RECIPES for word in words)
+    return bool(words) and (words[0] in RUN or frozen)
 
 
 def run_with(*extra: str) -> Callable[[argparse.Namespace], None]:

@@ -148,9 +148,7 @@ def test_sigterm_to_the_process_group_ends_a_run_as_interrupted(tmp_path: Path, 
 @pytest.mark.slow
 @pytest.mark.parametrize("group", [False, True], ids=["process", "group"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_random_points_each_end_within_seconds(
-    sig: int, group: bool, tmp_path: Path, folder: Path
-) -> None:
+def test_random_points_each_end_within_seconds(sig: int, group: bool, tmp_path: Path, folder: Path) -> None:
     points = [(point, sig) for point, _ in random_points(RANDOM_POINTS, seed=sig)]
     check_points(points, tmp_path, folder, EXIT_SECONDS, group)
 

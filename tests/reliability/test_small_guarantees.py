@@ -22,7 +22,7 @@ from vitkit.api import ProcessesFailed
 from vitkit.data import ReadOptions
 from vitkit.data.workers import LoaderSteps, loader_batches, next_batch
 from vitkit.evaluation.confusion import plot_confusion
-from vitkit.storage import save_state_dict
+from vitkit.storage import load_state_dict, save_state_dict
 
 
 def test_an_absurd_step_count_is_one_line_and_leaves_no_run_directory(tmp_path, capsys) -> None:
@@ -42,6 +42,22 @@ def test_identical_saves_write_identical_bytes(tmp_path) -> None:
         save_state_dict(tensors, tmp_path / "w.safetensors", metadata=metadata)
         digests.add(hashlib.sha256((tmp_path / "w.safetensors").read_bytes()).hexdigest())
     assert len(digests) == 1
+
+
+def test_tensors_sharing_storage_are_written_each_with_its_own_values(tmp_path) -> None:
+    """safetensors refuses aliases: tied weights, views of one buffer and transposes are written as copies."""
+    buffer = torch.arange(12.0)
+    tensors = {
+        "a": buffer,
+        "tied": buffer,
+        "view": buffer[2:6],
+        "t": buffer.view(3, 4).t(),
+        "empty": torch.ones(0),
+    }
+    save_state_dict(tensors, tmp_path / "w.safetensors")
+    loaded = load_state_dict(tmp_path / "w.safetensors")
+    assert loaded.keys() == tensors.keys()
+    assert all(torch.equal(loaded[k], v) for k, v in tensors.items())
 
 
 class Failing(Dataset):

@@ -37,7 +37,7 @@ def test_words_that_are_not_overrides_are_still_refused(capsys):
 
 @pytest.mark.parametrize("path", [None, *CONFIGS], ids=["default", *(p.stem for p in CONFIGS)])
 def test_steps_fits_every_recipe_and_says_what_it_adapted(path, capsys):
-    pretrained = path and ("finetune" in path.stem or load_config(path).train.fit == "linear")
+    pretrained = path and ("finetune" in path.stem or load_config(path).train.fit != "gradient")
     recipe = load_config(path, finetune_defaults() if pretrained else None) if path else RunConfig()
     command = ["finetune", "--weights", "runs/w"] if pretrained else ["train"]
     config = resolve([*command, "--steps", "30", *(["--config", str(path)] if path else [])])

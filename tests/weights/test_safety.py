@@ -14,6 +14,7 @@ import torch
 import vitkit
 from vitkit.cli import main
 from vitkit.storage import load_state_dict, save_state_dict
+from vitkit.weights.build import refuse_non_finite
 from vitkit.weights.official import read_npz
 
 from .conftest import DATA
@@ -146,3 +147,18 @@ def test_cli_reports_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert main(["convert", str(tmp_path / "cut.npz"), str(tmp_path / "out"), "--to", "vitkit"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("vitkit convert: error:") and "cut.npz" in err[0]
+
+
+def test_non_finite_check_counts_exactly_where_a_sum_would_overflow() -> None:
+    """The check's fast path sums each tensor: large finite weights (whose sum overflows) still load, and a NaN
+    or inf among them is still counted, element by element."""
+    big = torch.full((4, 4), 3e38)
+    refuse_non_finite({"w": big, "half": torch.full((100,), 6e4, dtype=torch.float16)}, "src")
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        state = {"ok": torch.ones(3), "w": big.clone()}
+        state["w"][1, 2] = bad
+        with pytest.raises(ValueError, match=r"src: 1 NaN or infinite value\(s\) in w; expected finite"):
+            refuse_non_finite(state, "src")
+    cancelling = torch.tensor([float("inf"), -float("inf")])  # inf - inf: a NaN sum, two bad elements
+    with pytest.raises(ValueError, match=r"2 NaN or infinite value\(s\) in c"):
+        refuse_non_finite({"c": cancelling}, "src")

@@ -15,12 +15,14 @@ import urllib.error
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
 import torch
-from torchvision.datasets import FashionMNIST
-from torchvision.datasets.utils import download_url
+
+if TYPE_CHECKING:
+    from torchvision.datasets import FashionMNIST
 
 from .memory import ImageDataset
 
@@ -33,7 +35,6 @@ FASHION_FILES = {
     "train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
     "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
 }
-FASHION_MD5 = {Path(name).stem: md5 for name, md5 in FashionMNIST.resources}
 CIFAR10_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
 CIFAR100_CLASSES = """
 apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly
@@ -161,7 +162,7 @@ def _read_fashion(directory: Path, split: str) -> tuple[torch.Tensor, torch.Tens
             f"{image_path} / {label_path}: expected images [N, H, W] and labels [N], "
             f"got {images.shape} and {labels.shape}"
         )
-    if labels.max(initial=0) >= len(FashionMNIST.classes):
+    if labels.max(initial=0) >= len(fashion_mnist().classes):
         raise ValueError(f"{label_path}: label {labels.max()} out of range for 10 classes")
     return torch.from_numpy(images).unsqueeze(1), torch.from_numpy(labels).long()
 
@@ -197,15 +198,26 @@ def _online(url: str) -> bool:
     return True
 
 
+def fashion_mnist() -> type[FashionMNIST]:
+    """torchvision's FashionMNIST (class names, mirrors, MD5s), imported when a Fashion-MNIST is read: importing
+    torchvision costs seconds that a command reading no built-in dataset should not pay."""
+    from torchvision.datasets import FashionMNIST
+
+    return FashionMNIST
+
+
 def _download_fashion(target: Path, split: str) -> None:
     """Fetch one split's IDX files with torchvision, checking the MD5s it publishes."""
+    from torchvision.datasets.utils import download_url
+
+    md5s = {Path(name).stem: md5 for name, md5 in fashion_mnist().resources}
     for stem in FASHION_FILES[split]:
-        url = f"{FashionMNIST.mirrors[0]}{stem}.gz"
+        url = f"{fashion_mnist().mirrors[0]}{stem}.gz"
         try:
-            download_url(url, target, f"{stem}.gz", md5=FASHION_MD5[stem])
+            download_url(url, target, f"{stem}.gz", md5=md5s[stem])
         except RuntimeError as err:  # torchvision's "File not found or corrupted." after the MD5 check
             raise ValueError(
-                f"{target / (stem + '.gz')}: download failed its MD5 check (expected {FASHION_MD5[stem]})"
+                f"{target / (stem + '.gz')}: download failed its MD5 check (expected {md5s[stem]})"
             ) from err
 
 
@@ -213,7 +225,7 @@ def load_fashion_mnist(
     split: str, data_dir: str | Path | None = None, *, subset: str = "auto"
 ) -> ImageDataset:
     """Fashion-MNIST: the full set if found (or downloadable), else the subset shipped with vitkit."""
-    classes = list(FashionMNIST.classes)
+    classes = list(fashion_mnist().classes)
     if subset == "auto" and os.environ.get("VITKIT_EMBEDDED", "") not in ("", "0"):
         return _embedded_fashion(split, "forced by VITKIT_EMBEDDED=1")
     if subset == "embedded":
@@ -231,7 +243,7 @@ def load_fashion_mnist(
     target = Path(data_dir).expanduser() if data_dir else cache_dir() / "fashion-mnist"
     looked = ", ".join(str(p) for p in places)
     reason = "offline"
-    if _online(FashionMNIST.mirrors[0]):
+    if _online(fashion_mnist().mirrors[0]):
         try:
             _download_fashion(target, split)
         except (urllib.error.URLError, OSError) as err:
@@ -258,7 +270,7 @@ def _embedded_fashion(split: str, why: str) -> ImageDataset:
     """The class-balanced Fashion-MNIST subset under vitkit/data/embedded (see its README)."""
     images, labels = _read_fashion(EMBEDDED_DIR, split)
     description = f"Fashion-MNIST {split}, embedded subset ({len(labels)} images) shipped with vitkit ({why})"
-    return ImageDataset(images, labels, list(FashionMNIST.classes), description)
+    return ImageDataset(images, labels, list(fashion_mnist().classes), description)
 
 
 # -------------------------------------------------------------------------------------------- CIFAR

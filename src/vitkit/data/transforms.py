@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from torchvision.transforms import v2
 
 from vitkit.sizes import to_pair
 
@@ -210,13 +209,18 @@ class TrainTransform:
         self.in_chans = in_chans
         self.scale = scale
         self.ratio = ratio
-        self.randaugment = v2.RandAugment() if randaugment else None
-        mixers = []
-        if mixup > 0:
-            mixers.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
-        if cutmix > 0:
-            mixers.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
-        self.mix = None if not mixers else mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
+        self.randaugment: torch.nn.Module | None = None
+        self.mix: torch.nn.Module | None = None
+        if randaugment or mixup > 0 or cutmix > 0:  # torchvision's: its import costs seconds, paid only here
+            from torchvision.transforms import v2
+
+            self.randaugment = v2.RandAugment() if randaugment else None
+            mixers = []
+            if mixup > 0:
+                mixers.append(v2.MixUp(alpha=mixup, num_classes=num_classes))
+            if cutmix > 0:
+                mixers.append(v2.CutMix(alpha=cutmix, num_classes=num_classes))
+            self.mix = None if not mixers else mixers[0] if len(mixers) == 1 else v2.RandomChoice(mixers)
 
     def __call__(
         self, images: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, epoch: int

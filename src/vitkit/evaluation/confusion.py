@@ -13,17 +13,15 @@ from vitkit.storage import atomic_write
 
 def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.PathLike, title: str) -> Path:
     """A row-normalised confusion matrix (rows: true class) as PNG, counts annotated when there are few classes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: no global figure state, and a faster import
 
     k = len(classes)
     # Names users control, drawn as they are: never parsed as mathtext, never a surrogate the font cannot take.
     classes, title = [printable(c) for c in classes], printable(title)
     rates = confusion.double() / confusion.sum(1, keepdim=True).clamp(min=1)
     size = min(4 + 0.5 * k, 20)
-    fig, ax = plt.subplots(figsize=(size, size))
+    fig = Figure(figsize=(size, size))
+    ax = fig.subplots()
     ax.imshow(rates.numpy(), cmap="Blues", vmin=0, vmax=1)
     if k <= 20:
         ax.set_xticks(range(k), classes, rotation=45, ha="right", parse_math=False)
@@ -37,5 +35,4 @@ def plot_confusion(confusion: torch.Tensor, classes: list[str], path: str | os.P
     fig.tight_layout()
     path = Path(path)
     atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
     return path

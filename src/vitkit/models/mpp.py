@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from vitkit.models.config import ViTConfig
+from vitkit.models.init import normal_
 from vitkit.models.vit import VisionTransformer
 
 TARGETS = ("mean_color", "downsized", "pixels")
@@ -88,7 +89,7 @@ class MaskedPatchPrediction(nn.Module):
             "pixels": channels * self.patch**2,
         }[target]
         self.mask_token = nn.Parameter(torch.zeros(1, 1, dim))
-        nn.init.normal_(self.mask_token, std=0.02)
+        normal_(self.mask_token, 0.02)
         self.head = nn.Linear(dim, outputs)
 
     def forward(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:

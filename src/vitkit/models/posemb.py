@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from vitkit.models.init import normal_
+
 Grid = tuple[int, int]
 
 
@@ -68,7 +70,7 @@ class LearnedPositionEmbedding(nn.Module):
         self.num_prefix_tokens = num_prefix_tokens
         self.grid: Grid = (grid[0], grid[1])
         self.weight = nn.Parameter(torch.empty(1, num_prefix_tokens + grid[0] * grid[1], dim))
-        nn.init.normal_(self.weight, std=0.02)
+        normal_(self.weight, 0.02)
 
     def forward(self, x: torch.Tensor, grid: Grid) -> torch.Tensor:
         posemb: torch.Tensor = self.weight
@@ -95,7 +97,7 @@ class Learned2dPositionEmbedding(nn.Module):
         self.row = nn.Parameter(torch.empty(grid[0], dim // 2))
         self.col = nn.Parameter(torch.empty(grid[1], dim // 2))
         for table in (self.prefix, self.row, self.col):
-            nn.init.normal_(table, std=0.02)
+            normal_(table, 0.02)
 
     def forward(self, x: torch.Tensor, grid: Grid) -> torch.Tensor:
         row: torch.Tensor = self.row
@@ -146,7 +148,7 @@ class RelativePositionBias(nn.Module):
         super().__init__()
         self.num_tokens = num_tokens
         self.offsets = nn.Parameter(torch.empty(2 * num_tokens - 1, head_dim))
-        nn.init.normal_(self.offsets, std=0.02)
+        normal_(self.offsets, 0.02)
 
     def forward(self, q: torch.Tensor, num_tokens: int) -> torch.Tensor:
         """Bias [B, heads, Q, T] from the scaled queries [B, heads, Q, hd] of the first Q of `num_tokens` tokens."""

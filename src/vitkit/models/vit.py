@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from torchvision.ops import StochasticDepth
 
 from vitkit.device import cpu_flags
 from vitkit.models.config import ViTConfig, to_pair
+from vitkit.models.init import normal_
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
 from vitkit.storage import SavePretrainedMixin
@@ -132,6 +132,16 @@ class Mlp(nn.Module):
         return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
 
 
+def stochastic_depth(rate: float) -> nn.Module:
+    """torchvision's per-sample StochasticDepth at `rate`; the identity at 0, so that building a model (a
+    pretrained one to predict with or fit a head on) never pays the seconds of importing torchvision."""
+    if rate == 0:
+        return nn.Identity()
+    from torchvision.ops import StochasticDepth
+
+    return StochasticDepth(rate, mode="row")
+
+
 class Block(nn.Module):
     """One encoder layer: Eq. 2 then Eq. 3, pre-norm, residuals (with stochastic depth when training)."""
 
@@ -142,7 +152,7 @@ class Block(nn.Module):
         self.attn = Attention(dim, config.num_heads, config.attention_dropout, config.dropout, num_rel_tokens)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
         self.mlp = Mlp(dim, config.mlp_dim, config.activation, config.dropout)
-        self.drop_path = StochasticDepth(drop_path, mode="row")
+        self.drop_path = stochastic_depth(drop_path)
 
     def forward(
         self, x: torch.Tensor, need_weights: bool = False, queries: int | None = None
@@ -218,17 +228,28 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         patches, grid = self.patchify(x)
         return self.add_position(patches, grid), grid
 
-    def encode(self, z: torch.Tensor, queries: int | None = None) -> torch.Tensor:
+    def encode(self, z: torch.Tensor, queries: int | None = None, first: int = 0) -> torch.Tensor:
         """Eq. 2-3 for every layer, then the LayerNorm of Eq. 4; on every token, or with `queries` the last
-        layer and the norm on the first `queries` tokens only."""
+        layer and the norm on the first `queries` tokens only. With `first`, `z` is the sequence entering layer
+        `first` (`tokens_entering`), and only the layers from there run."""
         last = len(self.blocks) - 1
         for i, block in enumerate(self.blocks):
+            if i < first:
+                continue
             rows = queries if i == last else None
             if self.grad_checkpointing:
                 z = checkpoint(block, z, False, rows, use_reentrant=False)[0]
             else:
                 z = block(z, queries=rows)[0]
         return self.norm(z)
+
+    def tokens_entering(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        """z_layer, the token sequence [B, T, D] entering block `layer` (0: Eq. 1's z_0): what layers that stay
+        frozen hand to the ones tuned (`encode(z, first=layer)` continues from it)."""
+        z = self.embed(x)[0]
+        for block in self.blocks[:layer]:
+            z = block(z)[0]
+        return z
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """Encoded, normalised token sequence [B, T, D]."""
@@ -301,7 +322,7 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
                 elif name.endswith(("attn.proj", "mlp.fc1", "mlp.fc2")):
                     nn.init.xavier_uniform_(module.weight)
                     if "mlp" in name:
-                        nn.init.normal_(module.bias, std=1e-6)
+                        normal_(module.bias, 1e-6)
                     else:
                         nn.init.zeros_(module.bias)
         lecun_normal_(self.patch_embed.proj.weight)

@@ -35,7 +35,7 @@ SCHEDULES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 CUDA_GRAPH = ("auto", "on", "off")  # vitkit.training.graph
 STRATEGIES = ("auto", "ddp", "fsdp")  # under torchrun; see vitkit.training.distributed
-FITS = ("gradient", "linear")  # linear: vitkit.training.linear_head
+FITS = ("gradient", "linear", "last_blocks")  # vitkit.training.linear_head, vitkit.training.last_blocks
 LINEAR_L2 = [2.0**k for k in range(-2, 21, 2)]  # ridge strengths on standardised features, 0.25 .. 2^20
 RECIPE_NAME = "config.toml"  # the resolved recipe a run directory holds (and resumes from)
 # Keys that decide how the data is read, not which numbers are computed: `--resume` may change them. A run
@@ -168,6 +168,9 @@ class TrainSection:
     linear_l2: list[float] = option(
         LINEAR_L2, "fit='linear': ridge strengths tried by 5-fold cross-validation"
     )
+    tuned_blocks: int = option(
+        2, "fit='last_blocks': the last encoder blocks tuned (with the head) on cached tokens of the others"
+    )
     batch_size: int = option(128, "images per step, over all processes")
     micro_batch_size: int = option(
         0, "images per forward/backward pass, gradients summed (0: the whole share)"
@@ -291,7 +294,26 @@ class RunConfig:
             self._validate_mpp(architecture)
         if t.fit == "linear":
             self._validate_linear()
+        if t.fit == "last_blocks":
+            self._validate_last_blocks()
         return self
+
+    def _validate_last_blocks(self) -> None:
+        """Blocks tuned on cached tokens (vitkit.training.last_blocks): of given weights, for a classifier, one
+        process, no averaging (what it saves is the model it tuned)."""
+        t = self.train
+        if self.model.weights is None:
+            raise ValueError(
+                "train.fit='last_blocks' tunes the last blocks of pretrained weights: give --weights"
+            )
+        if t.objective != "classification" or t.ema_decay or t.processes != 1:
+            raise ValueError(
+                "train.fit='last_blocks' tunes a classifier in one process without averaging: train.objective "
+                f"'classification', train.ema_decay 0 and train.processes 1, got {t.objective!r}, "
+                f"{t.ema_decay:g} and {t.processes}"
+            )
+        if t.tuned_blocks < 1:
+            raise ValueError(f"train.tuned_blocks must be >= 1, got {t.tuned_blocks}")
 
     def _validate_linear(self) -> None:
         """A closed-form head (vitkit.training.linear_head) reads the frozen features of given weights."""

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -49,10 +50,12 @@ def weights_digest(model: Model) -> str:
     return digest.hexdigest()
 
 
-def store_path(model: Model, precision: Precision) -> Path:
-    """Where the features of `model` (its weights, input size and channels) in `precision` are kept."""
+def store_path(model: Model, precision: Precision, **what: int) -> Path:
+    """Where the features of `model` (its weights, input size and channels) in `precision` are kept; `what`
+    names other features than the pre-logits vectors (tokens_entering=L: the sequences entering block L)."""
     config = model.config
     key = {
+        **what,
         "weights": weights_digest(model),
         "img_size": list(to_pair(config.img_size)),
         "in_chans": config.in_chans,
@@ -79,7 +82,7 @@ def image_keys(source: Source) -> list[str]:
 
 
 class FeatureStore:
-    """The features kept for one model and preprocessing: {image key: float32 vector}."""
+    """The features kept for one model and preprocessing: {image key: float32 vector (or token sequence)}."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -113,8 +116,8 @@ class FeatureStore:
 
     def _settle(self) -> None:
         if self.pending:
-            width = self.pending[0].shape[1]
-            self.features = torch.cat([self.features.reshape(-1, width), *self.pending])
+            row = self.pending[0].shape[1:]  # a vector, or a token sequence [T, D]
+            self.features = torch.cat([self.features.reshape(-1, *row), *self.pending])
             self.pending = []
 
     def save(self) -> None:
@@ -133,13 +136,25 @@ class FeatureStore:
         self.changed = False
 
 
+def pre_logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """The vectors a head reads: what a closed-form head is fitted on."""
+    return model(images, pre_logits=True)
+
+
 @torch.no_grad()
 def split_features(
-    model: Model, source: Source, store: FeatureStore, precision: Precision, batch_size: int, what: str
+    model: Model,
+    source: Source,
+    store: FeatureStore,
+    precision: Precision,
+    batch_size: int,
+    what: str,
+    compute: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] = pre_logits,
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """(features float32 [n, D], their labels [n], the unreadable images left out) of `source`'s images: those in
-    `store` read from it, the others computed by `model(x, pre_logits=True)` in eval mode under `precision`, with
-    the evaluation's preprocessing, a progress bar on stderr, and added to the store."""
+    """(features float32 [n, ...], their labels [n], the unreadable images left out) of `source`'s images: those
+    in `store` read from it, the others computed by `compute(model, images)` (the pre-logits vectors) in eval
+    mode under `precision`, with the evaluation's preprocessing, a progress bar on stderr, and added to the
+    store."""
     keys = image_keys(source)
     missing = [index for index, key in enumerate(keys) if key not in store]
     print(
@@ -157,8 +172,8 @@ def split_features(
         )
         with progress, eval_mode(model), precision.inference(model) as forward:
             for batch in batches:
-                features = forward(batch.images, pre_logits=True).float().cpu()
-                store.add([keys[int(i)] for i in batch.indices], features)
+                computed = compute(forward, batch.images).float().cpu()
+                store.add([keys[int(i)] for i in batch.indices], computed)
                 skipped += batch.skipped
                 progress.update(len(batch.indices) + len(batch.skipped))
     read = [index for index, key in enumerate(keys) if key in store]

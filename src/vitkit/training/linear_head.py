@@ -20,21 +20,11 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from vitkit.data.subset import check_indexable
-from vitkit.device import resolve_device
-from vitkit.evaluation.confusion import plot_confusion
 from vitkit.evaluation.fewshot import lsr_accuracy, precompute
-from vitkit.flops import count_parameters
 from vitkit.models.registry import Model
-from vitkit.precision import inference_precision
 from vitkit.recipe.run_config import RunConfig
-from vitkit.sizes import to_pair
-from vitkit.storage import FINAL_DIR, save_pretrained
-from vitkit.training.build import build_run_model, open_data
-from vitkit.training.features import FeatureStore, split_features, store_path
-from vitkit.training.provenance import record_start, start_record
-from vitkit.training.report import CONFUSION_NAME, count_skipped, write_report
-from vitkit.training.rundir import RunDirLock, create_run_dir, open_run_dir
+from vitkit.training.frozen_fit import cache_features, evaluate_scores, open_fit, write_fitted_run
+from vitkit.training.rundir import RunDirLock
 
 FOLDS = 5
 
@@ -67,12 +57,6 @@ def chosen_l2(accuracy: dict[float, float]) -> float:
     return max(accuracy, key=lambda l2: (accuracy[l2], l2))
 
 
-def top_k(scores: np.ndarray, labels: np.ndarray, k: int) -> float:
-    """Share of images whose label is among their `k` highest scores."""
-    best = np.argsort(-scores, axis=1)[:, :k]
-    return float((best == labels[:, None]).any(axis=1).mean()) if len(labels) else 0.0
-
-
 def set_head(model: Model, a: np.ndarray, b: np.ndarray) -> None:
     """The head computes x @ a + b: the closed-form solution on raw pre-logits features."""
     head = cast(torch.nn.Linear, model.head)
@@ -92,93 +76,26 @@ def fit_linear(config: RunConfig, run_dir: Path, command: list[str] | None = Non
 
 def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
     t = config.train
-    open_run_dir(run_dir, lock, resume=False)  # a new run, never over another
-    device = resolve_device(t.device)
-    if t.threads:
-        torch.set_num_threads(t.threads)
-    data = open_data(config.data, device)
-    for source in (data.train, data.test):  # images keyed by index, labels read by index
-        check_indexable(source, "train.fit='linear'")
-    classes = list(data.train.classes)
-    model = cast(Model, build_run_model(config, classes, None).to(device))  # a classifier: the model itself
-    precision = inference_precision(t.precision, model, t.eval_batch())
-    size = "x".join(str(side) for side in to_pair(model.config.img_size))
-    print(
-        f"linear head on frozen features: {config.model.weights} ({count_parameters(model) / 1e6:.2f}M "
-        f"parameters at {size}), {len(classes)} classes; data {data.train.description}; device {device}; "
-        f"precision {precision}; run directory {run_dir}",
-        flush=True,
-    )
-    clock = time.perf_counter()  # as the engine's: from the data and model built to the last evaluation
-    store = FeatureStore(store_path(model, precision))
+    fit = open_fit(config, run_dir, lock, "linear head on frozen features")
+    cache_features(fit)
+    x, y = fit.features["train"]
     start = time.perf_counter()
-    splits = {"train": data.train, "test": data.test}
-    splits |= {"validation": data.validation} if data.validation is not None else {}
-    features: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    skipped: list[str] = []
-    known = len(store.rows)
-    for name, source in splits.items():
-        x, y, lost = split_features(model, source, store, precision, t.eval_batch(), f"{name} features")
-        features[name], skipped = (x, y), skipped + lost
-        store.save()  # what is computed is kept, also when a later split fails
-    feature_seconds = time.perf_counter() - start
-
-    x, y = features["train"]
-    if len(y) < 2:
-        raise ValueError(f"{data.train.description}: a linear head needs at least 2 readable training images")
-    start = time.perf_counter()
-    validated = cross_validated(x, y, len(classes), [float(v) for v in t.linear_l2], t.seed)
+    validated = cross_validated(x, y, len(fit.classes), [float(v) for v in t.linear_l2], t.seed)
     l2 = chosen_l2(validated)
-    a, b = precompute(x, y, len(classes)).affine(l2)
+    a, b = precompute(x, y, len(fit.classes)).affine(l2)
     solve_seconds = time.perf_counter() - start
     print(
         f"l2 {l2:g}: {100 * validated[l2]:.2f}% on held-out training images ({FOLDS}-fold); "
         + ", ".join(f"{v:g}: {100 * acc:.1f}%" for v, acc in validated.items()),
         flush=True,
     )
-    set_head(model, a, b)
-
-    evaluations: dict[str, Any] = {}
-    confusion = None
-    for name, prefix in (("test", "test"), ("validation", "val")):
-        if name not in features:
-            continue
-        xs, ys = features[name]
-        scores = xs.astype(np.float64) @ a + b
-        evaluations[f"{prefix}_top1"] = top_k(scores, ys, 1)
-        if name == "test":
-            evaluations["test_top5"] = top_k(scores, ys, min(5, len(classes)))
-            pairs = torch.from_numpy(ys * len(classes) + scores.argmax(1))
-            confusion = torch.bincount(pairs, minlength=len(classes) ** 2).view(len(classes), len(classes))
-
-    wall_seconds = time.perf_counter() - clock
-    create_run_dir(run_dir, config, lock)
-    record = start_record(device, command)
-    record_start(run_dir, record)
-    save_pretrained(model.cpu(), run_dir / FINAL_DIR)
-    if confusion is not None and int(confusion.sum()):
-        plot_confusion(confusion, data.test.classes, run_dir / CONFUSION_NAME, data.test.description)
+    set_head(fit.model, a, b)
+    evaluations, confusion = evaluate_scores(fit, lambda xs: xs.astype(np.float64) @ a + b)
     report = {
         **evaluations,
         "fit": "linear",
         "l2": l2,
         "cross_validated_top1": {f"{v:g}": acc for v, acc in validated.items()},
-        "train_images": len(y),
-        "test_images": len(features["test"][1]),
-        "features_computed": len(store.rows) - known,
-        "feature_seconds": feature_seconds,
         "solve_seconds": solve_seconds,
-        "wall_seconds": wall_seconds,
-        **precision.record(),
-        "skipped_images": count_skipped(skipped),
-        "objective": t.objective,
-        "parameters": count_parameters(model),
-        "train_data": data.train.description,
-        "test_data": data.test.description,
-        "run_dir": str(run_dir),
-        "start": record,
     }
-    if data.validation is not None:
-        report |= {"val_data": data.validation.description, "val_images": len(features["validation"][1])}
-    write_report(run_dir, report)
-    return report
+    return write_fitted_run(fit, lock, command, confusion, report)

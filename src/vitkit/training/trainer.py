@@ -38,6 +38,7 @@ from vitkit.training.distributed import (
     restarted_by_torchrun,
     shard_model,
 )
+from vitkit.training.last_blocks import fit_last_blocks
 from vitkit.training.linear_head import fit_linear
 from vitkit.training.objectives import objective_for
 from vitkit.training.progress import RunLog
@@ -64,12 +65,14 @@ def run_training(
     rank 0 writes the run directory and returns report.json, the others return {}. Workers restarted by
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
-    if config.train.fit == "linear":  # a closed-form head: no steps, nothing to resume
+    frozen = {"linear": fit_linear, "last_blocks": fit_last_blocks}.get(config.train.fit)
+    if frozen is not None:  # on cached features: no checkpoints, nothing to resume
         if resume:
             raise ValueError(
-                "train.fit='linear' has no steps to resume: fit again into a new --out (seconds)"
+                f"train.fit={config.train.fit!r} has no steps to resume: fit again into a new --out (the "
+                "features are cached)"
             )
-        return fit_linear(config, Path(run_dir), command)
+        return frozen(config, Path(run_dir), command)
     with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 when the run directory opens, released however it ends

@@ -188,7 +188,10 @@ def refuse_non_finite(
 ) -> None:
     """A ValueError naming the tensors (by the file's own keys where known) that hold NaN or inf."""
     floats = {k: v for k, v in state.items() if v.is_floating_point()}
-    bad = {k: int((~v.isfinite()).sum()) for k, v in floats.items() if not v.isfinite().all()}
+    # A sum is finite only if every element is (NaN and inf propagate): one read, no mask, ~5x faster than
+    # isfinite().all(); a non-finite sum (also a finite overflow) is counted element by element.
+    bad = {k: int((~v.isfinite()).sum()) for k, v in floats.items() if not v.sum().isfinite()}
+    bad = {k: count for k, count in bad.items() if count}
     if bad:
         name, count = next(iter(bad.items()))
         where = "/".join(origins[name]) if origins and name in origins else name

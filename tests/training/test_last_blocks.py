@@ -1,0 +1,120 @@
+"""train.fit='last_blocks' (configs/photos_last_blocks.toml): the last blocks and a head tuned on cached tokens of
+the frozen blocks, saved as the whole ViT whose forward is the training forward."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
+
+import numpy as np
+import pytest
+import torch
+
+import vitkit
+from image_collections import write_folder
+from vitkit import cli
+from vitkit.data import FolderSource
+from vitkit.data.transforms import eval_transform
+from vitkit.precision import inference_precision
+from vitkit.recipe.run_config import RunConfig
+from vitkit.training.features import FeatureStore, image_keys, store_path
+from vitkit.training.frozen_fit import FrozenFit
+from vitkit.training.last_blocks import train_tuned, tuned_logits
+
+SMALL = dict(img_size=32, patch_size=8, hidden_size=32, depth=3, num_heads=2, mlp_dim=32, num_classes=7)
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> Path:
+    return write_folder(tmp_path_factory.mktemp("last_blocks") / "photos")
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "vit"
+    vitkit.create_model("ViT-Ti/16", **SMALL).save_pretrained(path)
+    return path
+
+
+def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
+    argv = [
+        "finetune",
+        "--weights",
+        str(weights),
+        "--config",
+        "photos_last_blocks",
+        f"data.source=folder:{photos}",
+    ]
+    argv += ["model.img_size=32", "train.precision=fp32", "train.tuned_blocks=1", "--steps", "6"]
+    assert cli.main([*argv, "--batch-size", "16", "optim.lr=0.03", "--out", str(out), *extra]) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+def test_tuning_moves_only_the_last_blocks_and_the_forward_continues_from_their_tokens():
+    torch.manual_seed(0)
+    model = vitkit.create_model("ViT-Ti/16", **{**SMALL, "num_classes": 3}).eval()
+    images, labels = torch.randn(8, 3, 32, 32), torch.arange(8) % 3
+    with torch.no_grad():
+        tokens = model.tokens_entering(images, 2)
+        torch.testing.assert_close(tuned_logits(model, tokens, 2), model(images), rtol=0, atol=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    config = RunConfig()
+    config.train.steps, config.train.batch_size, config.optim.warmup_steps = 3, 4, 0
+    fit = SimpleNamespace(config=config, model=model, device=torch.device("cpu"))
+    fit.features = {"train": (tokens.numpy(), labels.numpy())}
+    losses = train_tuned(cast(FrozenFit, fit), 2)
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    after = model.state_dict()
+    moved = {k for k in after if not torch.equal(before[k], after[k])}
+    assert moved and all(k.startswith(("blocks.2.", "norm.", "head.")) for k in moved), moved
+    assert "blocks.2.attn.qkv.weight" in moved and "head.weight" in moved
+
+
+@pytest.mark.slow
+def test_the_saved_vit_is_the_training_forward_with_its_frozen_blocks_unchanged(
+    weights, photos, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("VITKIT_CACHE", str(tmp_path / "cache"))
+    report = fit(weights, photos, tmp_path / "run")
+    assert report["fit"] == "last_blocks" and report["features_computed"] == 80 and report["steps"] == 6
+    pretrained, tuned = vitkit.load_weights(weights), vitkit.load_weights(tmp_path / "run")
+    before, after = pretrained.state_dict(), tuned.state_dict()
+    frozen = [k for k in after if not k.startswith(("blocks.2.", "norm.", "head."))]
+    assert frozen and all(torch.equal(before[k], after[k]) for k in frozen)  # bitwise
+    assert not torch.equal(before["blocks.2.mlp.fc1.weight"], after["blocks.2.mlp.fc1.weight"])
+    assert tuned.head.weight.abs().sum() > 0 and tuned.class_names == sorted(
+        p.name for p in (photos / "train").iterdir()
+    )
+
+    test = FolderSource(photos, "test")  # the cached sequences of the test photos, as the fit read them
+    start = vitkit.load_weights(weights, num_classes=10, reset_head=True)
+    store = FeatureStore(store_path(start, inference_precision("fp32", start, 8), tokens_entering=2))
+    tokens = store.get(image_keys(test))
+    images = eval_transform(torch.stack([test.read(i) for i in range(len(test))]), (32, 32), 3)
+    with torch.no_grad():
+        torch.testing.assert_close(tuned.tokens_entering(images, 2), tokens, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(tuned(images), tuned_logits(tuned, tokens, 2), rtol=1e-5, atol=1e-5)
+        accuracy = (tuned(images).argmax(1) == test.labels).float().mean().item()
+    assert accuracy == pytest.approx(report["test_top1"])
+
+    again = fit(weights, photos, tmp_path / "again", "optim.lr=0.01")  # another lr: every sequence cached
+    assert again["features_computed"] == 0
+    precision = inference_precision("fp32", start, 8)
+    assert store_path(start, precision, tokens_entering=1) != store_path(start, precision, tokens_entering=2)
+
+
+@pytest.mark.slow
+def test_more_tuned_blocks_than_the_model_has_is_one_line(weights, photos, tmp_path, capsys):
+    argv = [
+        "finetune",
+        "--weights",
+        str(weights),
+        "--config",
+        "photos_last_blocks",
+        f"data.source=folder:{photos}",
+    ]
+    assert cli.main([*argv, "model.img_size=32", "train.tuned_blocks=4", "--out", str(tmp_path / "run")]) == 2
+    assert "train.tuned_blocks is 4 but the model has 3 blocks" in capsys.readouterr().err
