@@ -12,6 +12,7 @@ import vitkit
 from command_lines import resolve
 from vitkit import cli
 from vitkit.training.build import build_run_model
+from vitkit.training.objectives import objective_for
 from vitkit.training.overrides import load_config
 from vitkit.training.recipe import RunConfig, finetune_defaults
 
@@ -82,8 +83,8 @@ def test_fine_tuning_always_starts_from_a_zero_head(tmp_path):
     vitkit.save_pretrained(source, tmp_path / "w")
     config = finetune_defaults()
     config.model.weights = str(tmp_path / "w")
-    model = build_run_model(
-        config.validate(), [str(i) for i in range(10)], None
-    )  # the same 10 classes: §3.2 still zeroes the head
+    config.validate()
+    # the same 10 classes: §3.2 still zeroes the head
+    model = build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)
     assert model.head.weight.shape == (10, 192) and not model.head.weight.any()
     assert torch.equal(model.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)

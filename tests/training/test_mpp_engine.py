@@ -17,6 +17,7 @@ from vitkit.models import ResNetConfig, build_model, config_from_dict
 from vitkit.models.vit import VisionTransformer
 from vitkit.storage import load_state_dict, read_config
 from vitkit.training import build, trainer
+from vitkit.training.objectives import objective_for
 from vitkit.training.optim import parameter_groups
 from vitkit.training.overrides import apply_overrides
 from vitkit.training.recipe import RunConfig, finetune_defaults
@@ -81,7 +82,7 @@ def test_final_is_the_bare_vit_of_the_averaged_wrapper_and_checkpoints_hold_the_
 def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp_path):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}"]).validate()
-    model = build.build_run_model(config, [str(i) for i in range(10)], None)
+    model = build.build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)
     assert isinstance(model, VisionTransformer) and model.config.num_classes == 10
     assert not model.head.weight.any() and not model.head.bias.any()
     assert torch.equal(model.blocks[0].attn.qkv.weight, vitkit.load_weights(out).blocks[0].attn.qkv.weight)
@@ -98,7 +99,7 @@ def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp
 def test_weight_decay_exempts_the_mask_token_and_the_vits_exemptions(mpp_run):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}", "train.objective=mpp"]).validate()
-    model = build.build_run_model(config, [str(i) for i in range(10)], None)
+    model = build.build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)
     names = {id(p): n for n, p in model.named_parameters()}
     exempt = {names[id(p)] for p in parameter_groups(model, 0.05)[1]["params"]}
     assert {"mask_token", "head.bias", "vit.pos_embed.weight", "vit.norm.weight"} <= exempt
@@ -158,4 +159,4 @@ def test_mpp_refuses_resnet_weights(tmp_path):
     with pytest.raises(
         ValueError, match="train.objective='mpp' needs a Vision Transformer; .* is a ResNetV2"
     ):
-        build.build_run_model(config, [str(i) for i in range(10)], None)
+        build.build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)

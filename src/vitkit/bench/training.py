@@ -46,6 +46,7 @@ from vitkit.models.registry import Trainable
 from vitkit.precision import choose_precision
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average, train_transform
 from vitkit.training.distributed import resolve_strategy
+from vitkit.training.objectives import objective_for
 from vitkit.training.overrides import load_config
 from vitkit.training.recipe import ModelSection, RunConfig
 
@@ -106,7 +107,9 @@ class Workload:
         config.follow_data()  # no model named: the data's default
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
         torch.manual_seed(config.train.seed)
-        return cls(config, dataset, build_run_model(config, list(dataset.classes), None))
+        return cls(
+            config, dataset, build_run_model(config, objective_for(config.train), list(dataset.classes), None)
+        )
 
     @property
     def steps_per_epoch(self) -> int:
@@ -126,7 +129,9 @@ def engine_step(workload: Workload, compile: bool) -> Callable[[], float]:
     cpu = torch.device("cpu")
     optimizer, ema = optimizer_and_average(config, workload.model, cpu)
     fp32 = choose_precision("fp32", cpu)
-    step = build_train_step(config, workload.dataset, workload.model, optimizer, ema, fp32, strategy)
+    step = build_train_step(
+        config, objective_for(config.train), workload.dataset, workload.model, optimizer, ema, fp32, strategy
+    )
     workload.model.train()
     counter = itertools.count()
     return lambda: step(next(counter))[0].item()

@@ -31,6 +31,7 @@ from vitkit.sizes import to_pair
 from vitkit.storage import FINAL_DIR, save_pretrained
 from vitkit.training.build import build_run_model, open_data
 from vitkit.training.features import FeatureStore, split_features, store_path
+from vitkit.training.objectives import objective_for
 from vitkit.training.provenance import record_start, start_record
 from vitkit.training.recipe import RunConfig
 from vitkit.training.report import CONFUSION_NAME, count_skipped, write_report
@@ -100,7 +101,9 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     for source in (data.train, data.test):  # images keyed by index, labels read by index
         check_indexable(source, "train.fit='linear'")
     classes = list(data.train.classes)
-    model = cast(Model, build_run_model(config, classes, None).to(device))  # a classifier: the model itself
+    model = cast(
+        Model, build_run_model(config, objective_for(config.train), classes, None).to(device)
+    )  # a classifier: the model itself
     precision = inference_precision(t.precision, model, t.eval_batch())
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
     print(
