@@ -57,7 +57,7 @@ def test_an_mpp_run_learns_and_reports_the_objective_and_few_shot_accuracy(mpp_r
         assert key in report, key
     assert report["objective"] == "mpp" and report["steps"] == STEPS and "test_top1" not in report
     assert report["train_loss_last"] < report["train_loss_first"] - 0.2  # from ln 8 = 2.08 (8 grey levels)
-    assert math.isfinite(report["mpp_loss_test"]) and "fewshot_10shot" in report
+    assert math.isfinite(report["test_mpp_loss"]) and "fewshot_10shot" in report
     fewshot = [r for r in read_metrics(out) if "fewshot_10shot" in r]
     assert [r["step"] for r in fewshot] == [20, 40, 60] and all("wall_seconds" in r for r in fewshot)
     assert (out / "curves.png").is_file() and not (out / "confusion.png").exists()
@@ -125,7 +125,7 @@ def test_an_mpp_resume_ends_bitwise_identical(mpp_run, tmp_path):
     losses = [(r["step"], r["train_loss"]) for r in read_metrics(resumed) if "train_loss" in r]
     assert losses == [(r["step"], r["train_loss"]) for r in read_metrics(reference) if "train_loss" in r]
     report, expected = (json.loads((d / "report.json").read_text()) for d in (resumed, reference))
-    assert report["mpp_loss_test"] == expected["mpp_loss_test"]
+    assert report["test_mpp_loss"] == expected["test_mpp_loss"]
 
 
 @pytest.mark.slow

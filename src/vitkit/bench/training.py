@@ -145,17 +145,19 @@ def plain_timm_step(workload: Workload) -> Callable[[], float]:
         workload.steps_per_epoch,
         workload.transform(),
     )
-    t, o = config.train, config.optim
+    train, optim = config.train, config.optim
     peer = vitkit.to_timm(workload.model).train()
-    optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(
+        peer.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+    )
     counter = [0]
 
     def step() -> float:
         s = counter[0]
         counter[0] += 1
-        indices = global_batch_indices(len(dataset), t.batch_size, t.seed, s)
+        indices = global_batch_indices(len(dataset), train.batch_size, train.seed, s)
         x, y = transform(dataset.images[indices], dataset.labels[indices], indices, s // per_epoch)
-        return _plain_update(peer, optimizer, x, y, t.label_smoothing, o.grad_clip)
+        return _plain_update(peer, optimizer, x, y, train.label_smoothing, optim.grad_clip)
 
     return step
 
@@ -213,16 +215,18 @@ class TorchvisionImages(torch.utils.data.Dataset):
 def plain_timm_dataloader_step(workload: Workload) -> Callable[[], float]:
     """The hand-written loop around timm with a conventional DataLoader and per-sample torchvision transforms."""
     config, dataset, model = workload.config, workload.dataset, workload.model
-    t, o = config.train, config.optim
+    train, optim = config.train, config.optim
     peer = vitkit.to_timm(model).train()
-    optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(
+        peer.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+    )
     loader = torch.utils.data.DataLoader(
         TorchvisionImages(dataset, model.config.input_size[1], config.data.crop, config.data.flip),
-        batch_size=t.batch_size,
+        batch_size=train.batch_size,
         shuffle=True,
         drop_last=True,
         num_workers=0,
-        generator=torch.Generator().manual_seed(t.seed),
+        generator=torch.Generator().manual_seed(train.seed),
     )
     batches = [iter(loader)]
 
@@ -232,7 +236,7 @@ def plain_timm_dataloader_step(workload: Workload) -> Callable[[], float]:
         except StopIteration:
             batches[0] = iter(loader)
             x, y = next(batches[0])
-        return _plain_update(peer, optimizer, x, y, t.label_smoothing, o.grad_clip)
+        return _plain_update(peer, optimizer, x, y, train.label_smoothing, optim.grad_clip)
 
     return step
 

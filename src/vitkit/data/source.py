@@ -21,7 +21,9 @@ from .decode import ImageDecodeError
 from .transforms import TrainTransform
 
 ON_CORRUPT = ("stop", "skip")
-Member = bytes | ImageDecodeError | None  # a sample's encoded image; the error of one unreadable; missing
+EncodedImage = (
+    bytes | ImageDecodeError | None
+)  # a sample's encoded image; the error of one unreadable; missing
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,6 @@ class Source(Protocol):
 
     def encoded_samples(
         self, order: list[int] | None = None
-    ) -> Iterator[tuple[int, str, Member, int | None]]:
+    ) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         """(index, name, encoded image, label) of every sample, in index order (or `order`, when indexable),
         without decoding what is encoded: what packing writes and `data info` measures."""

@@ -59,14 +59,14 @@ class AccuracyEvaluator(SplitEvaluator):
 
 
 class MaskedPatchEvaluator(SplitEvaluator):
-    """The masked patch prediction loss on a split (vitkit.evaluation.masked_patches): `mpp_loss_<name>`."""
+    """The masked patch prediction loss on a split (vitkit.evaluation.masked_patches): `<name>_mpp_loss`."""
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
         loss, skipped = masked_patch_loss(
             model, self.dataset, batch_size=self.batch_size, precision=self.precision
         )
         self.skipped += skipped
-        return {f"mpp_loss_{self.name}": loss}
+        return {f"{self.name}_mpp_loss": loss}
 
 
 class SubmoduleEvaluator:

@@ -56,8 +56,8 @@ def cross_validated(
     """{l2: accuracy on held-out images} of the closed-form head, each image held out once."""
     fold = fold_of(y, min(folds, len(y)), seed)
     correct = np.zeros(len(l2s))
-    for held in range(int(fold.max()) + 1):
-        out = fold == held
+    for held_out_fold in range(int(fold.max()) + 1):
+        out = fold == held_out_fold
         accuracy = lsr_accuracy(x[~out], y[~out], x[out], y[out], num_classes, l2s)
         correct += [accuracy[l2] * out.sum() for l2 in l2s]
     return {l2: float(c / len(y)) for l2, c in zip(l2s, correct, strict=True)}
@@ -92,11 +92,11 @@ def fit_linear(config: RunConfig, run_dir: Path, command: list[str] | None = Non
 
 
 def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
-    t = config.train
+    train = config.train
     open_run_dir(run_dir, lock, resume=False)  # a new run, never over another
-    device = resolve_device(t.device)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    device = resolve_device(train.device)
+    if train.threads:
+        torch.set_num_threads(train.threads)
     data = open_data(config.data, device)
     for source in (data.train, data.test):  # images keyed by index, labels read by index
         check_indexable(source, "train.fit='linear'")
@@ -104,7 +104,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     model = cast(
         Model, build_run_model(config, objective_for(config.train), classes, None).to(device)
     )  # a classifier: the model itself
-    precision = inference_precision(t.precision, model, t.eval_batch())
+    precision = inference_precision(train.precision, model, train.eval_batch())
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
     print(
         f"linear head on frozen features: {config.model.weights} ({count_parameters(model) / 1e6:.2f}M "
@@ -121,7 +121,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     skipped: list[str] = []
     known = len(store.rows)
     for name, source in splits.items():
-        x, y, lost = split_features(model, source, store, precision, t.eval_batch(), f"{name} features")
+        x, y, lost = split_features(model, source, store, precision, train.eval_batch(), f"{name} features")
         features[name], skipped = (x, y), skipped + lost
         store.save()  # what is computed is kept, also when a later split fails
     feature_seconds = time.perf_counter() - start
@@ -130,7 +130,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     if len(y) < 2:
         raise ValueError(f"{data.train.description}: a linear head needs at least 2 readable training images")
     start = time.perf_counter()
-    validated = cross_validated(x, y, len(classes), [float(v) for v in t.linear_l2], t.seed)
+    validated = cross_validated(x, y, len(classes), [float(v) for v in train.linear_l2], train.seed)
     l2 = chosen_l2(validated)
     a, b = precompute(x, y, len(classes)).affine(l2)
     solve_seconds = time.perf_counter() - start
@@ -174,7 +174,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
         "wall_seconds": wall_seconds,
         **precision.record(),
         "skipped_images": count_skipped(skipped),
-        "objective": t.objective,
+        "objective": train.objective,
         "parameters": count_parameters(model),
         "train_data": data.train.description,
         "test_data": data.test.description,
