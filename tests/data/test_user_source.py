@@ -27,7 +27,7 @@ from vitkit.data import (
     per_sample_eval,
     per_sample_steps,
 )
-from vitkit.data.memory import png_bytes
+from vitkit.data.in_memory import png_bytes
 from vitkit.data.source import DEFAULT_READING, EncodedImage
 from vitkit.training import build
 

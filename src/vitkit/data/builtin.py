@@ -22,7 +22,7 @@ import torch
 from torchvision.datasets import FashionMNIST
 from torchvision.datasets.utils import download_url
 
-from .memory import ImageDataset
+from .in_memory import ImageDataset
 
 SPLITS = ("train", "test")
 SUBSETS = ("auto", "full", "embedded")

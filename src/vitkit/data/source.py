@@ -3,7 +3,7 @@ read (ReadOptions), and what training asks it for (StepPlan, answered by a StepR
 
 The pipeline, subsets, packing and the trainer call these methods and never ask which class a source is, so a
 source vitkit does not ship (a database, another file format) trains and evaluates like the built-in ones:
-in memory (vitkit.data.memory), per sample (vitkit.data.lazy: folders, Hugging Face datasets) and streamed
+in memory (vitkit.data.in_memory), per sample (vitkit.data.lazy: folders, Hugging Face datasets) and streamed
 (vitkit.data.shards). A source read sample by sample implements its training and evaluation reading with
 vitkit.data.lazy's `per_sample_steps` and `per_sample_eval`.
 """

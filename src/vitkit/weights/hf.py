@@ -28,7 +28,7 @@ from torch import nn
 
 from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.registry import Model
-from vitkit.weights.build import load_vitkit_state
+from vitkit.weights.vitkit_state import load_vitkit_state
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
 
 HF_EPS = 1e-12  # transformers' ViTConfig default

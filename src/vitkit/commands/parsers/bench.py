@@ -5,14 +5,32 @@ from __future__ import annotations
 
 import argparse
 
-from vitkit.bench import batch, checkpointing, data, inference, resolution, serve, train_precision, training
+from vitkit.bench import (
+    batch_sizes,
+    checkpointing,
+    inference,
+    input_pipeline,
+    resolution,
+    serving_runtimes,
+    train_precision,
+    training,
+)
 
 HELP = (
     "throughput (vs timm, transformers, torchvision), MFU, peak memory, resolution sweep, training step, "
     "bf16 vs fp32, input pipeline, serving runtimes"
 )
 
-BENCHMARKS = (inference, batch, resolution, checkpointing, training, train_precision, data, serve)
+BENCHMARKS = (
+    inference,
+    batch_sizes,
+    resolution,
+    checkpointing,
+    training,
+    train_precision,
+    input_pipeline,
+    serving_runtimes,
+)
 
 
 def _common_options() -> argparse.ArgumentParser:
