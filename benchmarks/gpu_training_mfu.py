@@ -48,6 +48,7 @@ from vitkit.flops import count_flops
 from vitkit.precision import choose_precision
 from vitkit.recipe.run_config import ModelSection, RunConfig
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average
+from vitkit.training.objectives import objective_for
 
 # Dense bf16 tensor-core peaks (no sparsity), TFLOP/s, from NVIDIA's data sheets.
 PEAK_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "H100": 989.4, "A100": 312.0}
@@ -95,12 +96,13 @@ def engine_candidate(
     """One call runs one step of vitkit's engine (data path included); `graphed=False` turns its CUDA graph off."""
     config = recipe(args, compile)
     config.train.cuda_graph = "auto" if graphed else "off"
+    objective = objective_for(config.train)
     torch.manual_seed(0)
-    model = build_run_model(config, data.classes, None).to(args.device)
+    model = build_run_model(config, objective, data.classes, None).to(args.device)
     model.train()
     precision = choose_precision("bf16" if args.device.type == "cuda" else "fp32", args.device)
     optimizer, ema = optimizer_and_average(config, model, args.device)
-    step = build_train_step(config, data, model, optimizer, ema, precision, "none")
+    step = build_train_step(config, objective, data, model, optimizer, ema, precision, "none")
     counter = itertools.count()
     return lambda: step(next(counter)) and None
 
@@ -109,7 +111,11 @@ def timm_candidate(args: argparse.Namespace, data: ImageDataset, compile: bool) 
     """One call runs one step of the plain timm loop on batches already on the device."""
     torch.manual_seed(0)
     config = recipe(args, False)
-    peer = vitkit.to_timm(build_run_model(config, data.classes, None)).to(args.device).train()
+    peer = (
+        vitkit.to_timm(build_run_model(config, objective_for(config.train), data.classes, None))
+        .to(args.device)
+        .train()
+    )
     optimizer = torch.optim.AdamW(peer.parameters(), lr=1e-3, fused=args.device.type == "cuda")
     forward = torch.compile(peer) if compile else peer
     x = (data.images[: args.batch_size].float() / 127.5 - 1).contiguous()
@@ -209,7 +215,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
     if args.device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
     data = synthetic_images(args.images or 8 * args.batch_size, args.img_size, 1000, args.device)
-    probe = build_run_model(recipe(args, False), data.classes, None)
+    probe_recipe = recipe(args, False)
+    probe = build_run_model(probe_recipe, objective_for(probe_recipe.train), data.classes, None)
     size = probe.config.input_size
     performed = 3 * count_flops(probe, size)
     every_token = 3 * count_flops(probe, size, every_token=True)

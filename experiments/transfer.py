@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> Path:
     notes = (
         f"Pre-training on the Fashion-MNIST training set (seed 0): supervised {supervised['steps']} steps "
         f"({100 * supervised['test_top1']:.2f}% Fashion-MNIST test top-1), MPP {mpp['steps']} steps (MPP test "
-        f"loss {mpp['mpp_loss_test']:.4f}); fine-tuning and from scratch: configs/digits_transfer.toml at "
+        f"loss {mpp['test_mpp_loss']:.4f}); fine-tuning and from scratch: configs/digits_transfer.toml at "
         f"{finetuned['scratch'][0]['steps']} steps, "
         f"seeds 0-{args.seeds - 1}; the gain is the mean of the per-seed differences. Linear head: the recipe "
         f"with train.fit='linear' on every training digit (wall time: the command's own, features computed "

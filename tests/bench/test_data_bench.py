@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from vitkit.bench import data
+from vitkit.bench import input_pipeline
 from vitkit.bench.timing import Result
 
 
@@ -23,7 +23,7 @@ def folder(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("make", [data.vitkit_loader, data.torchvision_loader])
+@pytest.mark.parametrize("make", [input_pipeline.vitkit_loader, input_pipeline.torchvision_loader])
 def test_both_pipelines_give_batches_of_the_size_in_minus_one_to_one(folder, make):
     first = next(iter(make(folder, 24, 4, 0)()))
     images = first.images if hasattr(first, "images") else first[0]
@@ -33,7 +33,7 @@ def test_both_pipelines_give_batches_of_the_size_in_minus_one_to_one(folder, mak
 
 @pytest.mark.slow  # times ViT-Ti/16 training steps against both pipelines, two rounds
 def test_rows_compare_vitkit_to_torchvision_and_training_per_round(folder):
-    rows = data.data_vs_training(
+    rows = input_pipeline.data_vs_training(
         folder, [0], ["ViT-Ti/16"], img_size=32, batch_size=4, train_batch_size=2, rounds=2, batches=1
     )
     by_name = {(r["candidate"], r.get("against")): r for r in rows}
@@ -48,4 +48,4 @@ def test_rows_compare_vitkit_to_torchvision_and_training_per_round(folder):
 def test_the_data_share_is_pipeline_time_over_pipeline_plus_training_time():
     results = {"pipe": Result("pipe", [1.0, 2.0], images=10), "train": Result("train", [3.0, 2.0], images=1)}
     # per image: pipeline 0.1 and 0.2 s, training 3 and 2 s
-    assert data.data_share(results, "pipe", "train") == pytest.approx([0.1 / 3.1, 0.2 / 2.2])
+    assert input_pipeline.data_share(results, "pipe", "train") == pytest.approx([0.1 / 3.1, 0.2 / 2.2])

@@ -21,7 +21,7 @@ def test_info_describes_an_in_memory_dataset(capsys, monkeypatch):
     assert "sizes (all): 28x28 (4000); 1 distinct" in out
 
 
-def held(printed: str) -> list[str]:
+def split_summary(printed: str) -> list[str]:
     """The lines of `vitkit data info` that say what a split holds: counts, classes, sizes."""
     return [line for line in printed.splitlines() if line.startswith(("  images", "  sizes"))]
 
@@ -48,7 +48,7 @@ def test_pack_then_info_gives_the_same_images_in_every_format(tmp_path, capsys):
         code, out = info(capsys, f"{fmt}:{out_dir}", "--check")
         assert code == 0 and "unreadable: 0" in out
         # what each split holds (counts, classes, sizes) is the folder's
-        assert held(out) == held(folder_out)
+        assert split_summary(out) == split_summary(folder_out)
 
 
 def test_info_check_lists_unreadable_files_and_fails(tmp_path, capsys):

@@ -27,8 +27,8 @@ from vitkit.data import (
     per_sample_eval,
     per_sample_steps,
 )
-from vitkit.data.memory import png_bytes
-from vitkit.data.source import DEFAULT_READING, Member
+from vitkit.data.in_memory import png_bytes
+from vitkit.data.source import DEFAULT_READING, EncodedImage
 from vitkit.training import build
 
 CPU = torch.device("cpu")
@@ -81,7 +81,7 @@ class ListSource:
     def eval_batches(self, chunks, img_size, in_chans, device) -> Iterator[Batch]:
         return per_sample_eval(self, chunks, img_size, in_chans, device)
 
-    def encoded_samples(self, order=None) -> Iterator[tuple[int, str, Member, int | None]]:
+    def encoded_samples(self, order=None) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         for index in range(len(self)) if order is None else order:
             yield index, self.name(index), png_bytes(self.images[index]), int(self.labels[index])
 

@@ -14,6 +14,7 @@ from vitkit import cli
 from vitkit.recipe.resolve import load_config
 from vitkit.recipe.run_config import RunConfig, finetune_defaults
 from vitkit.training.build import build_run_model
+from vitkit.training.objectives import objective_for
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.toml"))
 
@@ -83,8 +84,8 @@ def test_fine_tuning_always_starts_from_a_zero_head(tmp_path, tiny_vit):
     vitkit.save_pretrained(source, tmp_path / "w")
     config = finetune_defaults()
     config.model.weights = str(tmp_path / "w")
-    model = build_run_model(
-        config.validate(), [str(i) for i in range(10)], None
-    )  # the same 10 classes: §3.2 still zeroes the head
+    config.validate()
+    # the same 10 classes: §3.2 still zeroes the head
+    model = build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)
     assert model.head.weight.shape == (10, 32) and not model.head.weight.any()
     assert torch.equal(model.blocks[0].mlp.fc1.weight, source.blocks[0].mlp.fc1.weight)

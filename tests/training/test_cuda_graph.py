@@ -12,22 +12,27 @@ from vitkit import cli
 from vitkit.recipe.run_config import TrainSection
 from vitkit.storage import load_state_dict
 from vitkit.training.build import use_cuda_graph
+from vitkit.training.objectives import objective_for
 from vitkit.training.report import read_metrics
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
 
 
+def captured(train: TrainSection, device: torch.device, strategy: str) -> bool:
+    return use_cuda_graph(train, objective_for(train), device, strategy)
+
+
 def test_auto_captures_a_one_process_classification_run_on_cuda_only():
     auto = TrainSection()
-    assert use_cuda_graph(auto, CUDA, "none")
-    assert not use_cuda_graph(auto, CPU, "none")
-    assert not use_cuda_graph(auto, CUDA, "ddp")
-    assert not use_cuda_graph(dataclasses.replace(auto, objective="mpp"), CUDA, "none")
-    assert not use_cuda_graph(dataclasses.replace(auto, cuda_graph="off"), CUDA, "none")
-    assert not use_cuda_graph(dataclasses.replace(auto, compile=True), CUDA, "none")  # inductor syncs
+    assert captured(auto, CUDA, "none")
+    assert not captured(auto, CPU, "none")
+    assert not captured(auto, CUDA, "ddp")
+    assert not captured(dataclasses.replace(auto, objective="mpp"), CUDA, "none")
+    assert not captured(dataclasses.replace(auto, cuda_graph="off"), CUDA, "none")
+    assert not captured(dataclasses.replace(auto, compile=True), CUDA, "none")  # inductor syncs
     with pytest.raises(ValueError, match="train.compile: inductor"):
-        use_cuda_graph(dataclasses.replace(auto, compile=True, cuda_graph="on"), CUDA, "none")
+        captured(dataclasses.replace(auto, compile=True, cuda_graph="on"), CUDA, "none")
 
 
 def test_on_refuses_a_run_it_cannot_capture_in_one_line(tmp_path, tiny_recipe, capsys):

@@ -19,6 +19,7 @@ from vitkit.recipe.resolve import apply_overrides
 from vitkit.recipe.run_config import RunConfig, finetune_defaults
 from vitkit.storage import load_state_dict, read_config
 from vitkit.training import build, trainer
+from vitkit.training.objectives import objective_for
 from vitkit.training.optim import parameter_groups
 from vitkit.training.report import read_metrics
 
@@ -56,7 +57,7 @@ def test_an_mpp_run_learns_and_reports_the_objective_and_few_shot_accuracy(mpp_r
         assert key in report, key
     assert report["objective"] == "mpp" and report["steps"] == STEPS and "test_top1" not in report
     assert report["train_loss_last"] < report["train_loss_first"] - 0.2  # from ln 8 = 2.08 (8 grey levels)
-    assert math.isfinite(report["mpp_loss_test"]) and "fewshot_10shot" in report
+    assert math.isfinite(report["test_mpp_loss"]) and "fewshot_10shot" in report
     fewshot = [r for r in read_metrics(out) if "fewshot_10shot" in r]
     assert [r["step"] for r in fewshot] == [20, 40, 60] and all("wall_seconds" in r for r in fewshot)
     assert (out / "curves.png").is_file() and not (out / "confusion.png").exists()
@@ -81,7 +82,7 @@ def test_final_is_the_bare_vit_of_the_averaged_wrapper_and_checkpoints_hold_the_
 def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp_path):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}"]).validate()
-    model = build.build_run_model(config, [str(i) for i in range(10)], None)
+    model = build.build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)
     assert isinstance(model, VisionTransformer) and model.config.num_classes == 10
     assert not model.head.weight.any() and not model.head.bias.any()
     assert torch.equal(model.blocks[0].attn.qkv.weight, vitkit.load_weights(out).blocks[0].attn.qkv.weight)
@@ -98,7 +99,7 @@ def test_finetuning_an_mpp_run_starts_from_its_vit_with_a_zero_head(mpp_run, tmp
 def test_weight_decay_exempts_the_mask_token_and_the_vits_exemptions(mpp_run):
     out = mpp_run
     config = apply_overrides(finetune_defaults(), [f"model.weights={out}", "train.objective=mpp"]).validate()
-    model = build.build_run_model(config, [str(i) for i in range(10)], None)
+    model = build.build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)
     names = {id(p): n for n, p in model.named_parameters()}
     exempt = {names[id(p)] for p in parameter_groups(model, 0.05)[1]["params"]}
     assert {"mask_token", "head.bias", "vit.pos_embed.weight", "vit.norm.weight"} <= exempt
@@ -124,7 +125,7 @@ def test_an_mpp_resume_ends_bitwise_identical(mpp_run, tmp_path):
     losses = [(r["step"], r["train_loss"]) for r in read_metrics(resumed) if "train_loss" in r]
     assert losses == [(r["step"], r["train_loss"]) for r in read_metrics(reference) if "train_loss" in r]
     report, expected = (json.loads((d / "report.json").read_text()) for d in (resumed, reference))
-    assert report["mpp_loss_test"] == expected["mpp_loss_test"]
+    assert report["test_mpp_loss"] == expected["test_mpp_loss"]
 
 
 @pytest.mark.slow
@@ -160,4 +161,4 @@ def test_mpp_refuses_resnet_weights(tmp_path):
     with pytest.raises(
         ValueError, match="train.objective='mpp' needs a Vision Transformer; .* is a ResNetV2"
     ):
-        build.build_run_model(config, [str(i) for i in range(10)], None)
+        build.build_run_model(config, objective_for(config.train), [str(i) for i in range(10)], None)

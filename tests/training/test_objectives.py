@@ -6,7 +6,7 @@ import torch
 
 from tiny import build_tiny_vit
 from vitkit.data import load_dataset
-from vitkit.evaluation.evaluators import due
+from vitkit.evaluation.evaluators import measures_after_step
 from vitkit.models import create_model
 from vitkit.precision import choose_precision
 from vitkit.recipe.run_config import OBJECTIVES, TrainSection
@@ -25,9 +25,11 @@ def test_classification_measures_validation_during_training_when_held_out_and_te
     fp32 = choose_precision("fp32", torch.device("cpu"))
     objective = objectives.objective_for(TrainSection(objective="classification"))
     on_test, others = objective.evaluators(test, held_out, 10, 64, fp32)
-    during = [e.name for e in [on_test, *others] if due(e, 10, 100)]
+    during = [e.name for e in [on_test, *others] if measures_after_step(e, 10, 100)]
     assert during == (["val"] if validation else ["test"])
-    assert not any(due(e, 100, 100) for e in [on_test, *others])  # the end measures them all, once
+    assert not any(
+        measures_after_step(e, 100, 100) for e in [on_test, *others]
+    )  # the end measures them all, once
     assert [e.name for e in [on_test, *others]] == ["test", "val"][: 1 + validation]
 
 
@@ -35,7 +37,7 @@ def test_masked_patch_prediction_trains_a_vit_only_and_exports_the_vit_inside():
     mpp = objectives.objective_for(TrainSection(objective="mpp"))
     assert mpp.num_classes(["a", "b"]) == 0 and mpp.cuda_graph_refusal
     vit = build_tiny_vit(num_classes=0)
-    assert mpp.exported(mpp.trained(vit, [])) is vit
+    assert mpp.final_model(mpp.trained(vit, [])) is vit
     with pytest.raises(ValueError, match="needs a Vision Transformer; the model is a ResNetV2"):
         mpp.trained(create_model("R50x1", num_classes=0, layers=[1]), [])
     classification = objectives.objective_for(TrainSection())

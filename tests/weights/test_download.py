@@ -15,7 +15,7 @@ from safetensors.torch import save
 from vitkit import cli, create_model, export_npz, load_weights, to_timm
 from vitkit.models import model_config
 from vitkit.weights import cached_files, download, hub
-from vitkit.weights.build import infer_vit_config
+from vitkit.weights.vitkit_state import infer_vit_config
 
 from .conftest import etag
 

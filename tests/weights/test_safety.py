@@ -14,8 +14,8 @@ import torch
 import vitkit
 from vitkit.cli import main
 from vitkit.storage import load_state_dict, save_state_dict
-from vitkit.weights.build import refuse_non_finite
 from vitkit.weights.official import read_npz
+from vitkit.weights.vitkit_state import refuse_non_finite
 
 from .conftest import DATA
 

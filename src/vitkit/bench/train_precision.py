@@ -22,6 +22,7 @@ from vitkit.bench.training import Workload
 from vitkit.flops import count_flops, count_parameters
 from vitkit.precision import Precision
 from vitkit.training.build import build_train_step, optimizer_and_average, run_precision
+from vitkit.training.objectives import objective_for
 
 NAME = "precision"
 HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"
@@ -59,6 +60,7 @@ def training_precision(
     workload = Workload.load(batch_size, recipe, model=model_name)
     config, target = workload.config, torch.device(device)
     config.train.device = device
+    objective = objective_for(config.train)
     dataset = workload.dataset.to_device(target)
     model = workload.model.to(target)
     b = config.train.batch_size
@@ -68,7 +70,7 @@ def training_precision(
         copied = copy.deepcopy(model).train()
         optimizer, ema = optimizer_and_average(config, copied, target)
         fixed = Precision(name, "measured", target)
-        step = build_train_step(config, dataset, copied, optimizer, ema, fixed, "none")
+        step = build_train_step(config, objective, dataset, copied, optimizer, ema, fixed, "none")
         candidates[name] = _steps(step, steps, target)
         candidates[f"gemm {name}"], gemm_flops = gemm_candidate(
             gemm_size, dtype=dtype or torch.float32, device=target
@@ -102,7 +104,7 @@ def training_precision(
             }
         )
     config.train.precision = "auto"
-    chosen: Precision = run_precision(config, model.train(), dataset, target, None)
+    chosen: Precision = run_precision(config, objective, model.train(), dataset, target, None)
     rows.append({"precision": auto_label(chosen)})
     desc = f"{config.model.name} {count_parameters(model) / 1e6:.2f}M at {model.config.input_size[1]}"
     for row in rows:

@@ -48,6 +48,7 @@ from vitkit.recipe.resolve import load_config
 from vitkit.recipe.run_config import ModelSection, RunConfig
 from vitkit.training.build import build_run_model, build_train_step, optimizer_and_average, train_transform
 from vitkit.training.distributed import resolve_strategy
+from vitkit.training.objectives import objective_for
 
 NAME = "train"
 HELP = "the engine's training step against timm's model in a plain loop (each in processes of its own; wall clock)"
@@ -87,7 +88,9 @@ class Workload:
         config.follow_data()  # no model named: the data's default
         dataset = load_dataset(config.data.source, "train", config.data.data_dir)
         torch.manual_seed(config.train.seed)
-        return cls(config, dataset, build_run_model(config, list(dataset.classes), None))
+        return cls(
+            config, dataset, build_run_model(config, objective_for(config.train), list(dataset.classes), None)
+        )
 
     @property
     def steps_per_epoch(self) -> int:
@@ -107,7 +110,9 @@ def engine_step(workload: Workload, compile: bool) -> Callable[[], float]:
     cpu = torch.device("cpu")
     optimizer, ema = optimizer_and_average(config, workload.model, cpu)
     fp32 = choose_precision("fp32", cpu)
-    step = build_train_step(config, workload.dataset, workload.model, optimizer, ema, fp32, strategy)
+    step = build_train_step(
+        config, objective_for(config.train), workload.dataset, workload.model, optimizer, ema, fp32, strategy
+    )
     workload.model.train()
     counter = itertools.count()
     return lambda: step(next(counter))[0].item()
@@ -121,17 +126,19 @@ def plain_timm_step(workload: Workload) -> Callable[[], float]:
         workload.steps_per_epoch,
         workload.transform(),
     )
-    t, o = config.train, config.optim
+    train, optim = config.train, config.optim
     peer = vitkit.to_timm(workload.model).train()
-    optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(
+        peer.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+    )
     counter = [0]
 
     def step() -> float:
         s = counter[0]
         counter[0] += 1
-        indices = global_batch_indices(len(dataset), t.batch_size, t.seed, s)
+        indices = global_batch_indices(len(dataset), train.batch_size, train.seed, s)
         x, y = transform(dataset.images[indices], dataset.labels[indices], indices, s // per_epoch)
-        return _plain_update(peer, optimizer, x, y, t.label_smoothing, o.grad_clip)
+        return _plain_update(peer, optimizer, x, y, train.label_smoothing, optim.grad_clip)
 
     return step
 
@@ -189,16 +196,18 @@ class TorchvisionImages(torch.utils.data.Dataset):
 def plain_timm_dataloader_step(workload: Workload) -> Callable[[], float]:
     """The hand-written loop around timm with a conventional DataLoader and per-sample torchvision transforms."""
     config, dataset, model = workload.config, workload.dataset, workload.model
-    t, o = config.train, config.optim
+    train, optim = config.train, config.optim
     peer = vitkit.to_timm(model).train()
-    optimizer = torch.optim.AdamW(peer.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+    optimizer = torch.optim.AdamW(
+        peer.parameters(), lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+    )
     loader = torch.utils.data.DataLoader(
         TorchvisionImages(dataset, model.config.input_size[1], config.data.crop, config.data.flip),
-        batch_size=t.batch_size,
+        batch_size=train.batch_size,
         shuffle=True,
         drop_last=True,
         num_workers=0,
-        generator=torch.Generator().manual_seed(t.seed),
+        generator=torch.Generator().manual_seed(train.seed),
     )
     batches = [iter(loader)]
 
@@ -208,7 +217,7 @@ def plain_timm_dataloader_step(workload: Workload) -> Callable[[], float]:
         except StopIteration:
             batches[0] = iter(loader)
             x, y = next(batches[0])
-        return _plain_update(peer, optimizer, x, y, t.label_smoothing, o.grad_clip)
+        return _plain_update(peer, optimizer, x, y, train.label_smoothing, optim.grad_clip)
 
     return step
 

@@ -14,7 +14,7 @@ from vitkit.destinations import check_directory_destination, check_file_destinat
 from vitkit.evaluation import evaluate_model
 from vitkit.evaluation.labels import class_labels
 from vitkit.export import export_onnx, export_program
-from vitkit.export.accuracy import onnx_top1
+from vitkit.export.onnx_accuracy import onnx_top1
 from vitkit.export.staging import staged_directory
 from vitkit.models.registry import Model
 from vitkit.storage import atomic_write, save_state_dict

@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 from vitkit.inspect.figures import write_figures
+from vitkit.inspect.html_report import write_report
 from vitkit.inspect.images import preprocess, read_images
 from vitkit.inspect.probe import inspect_model, summary_json
-from vitkit.inspect.report import write_report
 from vitkit.models.config import to_pair
 from vitkit.models.vit import VisionTransformer
 from vitkit.precision import inference_precision

@@ -6,9 +6,9 @@ from .batch_order import global_batch_indices, shard, steps_per_epoch
 from .builtin import load_dataset
 from .decode import ImageDecodeError, decode_image
 from .folder import FolderSource
-from .hf import HFSource
+from .hf_datasets import HFSource
+from .in_memory import ImageDataset
 from .lazy import LazySource, per_sample_eval, per_sample_steps
-from .memory import ImageDataset
 from .pipeline import TrainBatches, eval_batches, gather_images
 from .shards import ShardSource
 from .source import ReadOptions, Source, StepPlan, StepReader

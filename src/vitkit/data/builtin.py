@@ -24,7 +24,7 @@ import torch
 if TYPE_CHECKING:
     from torchvision.datasets import FashionMNIST
 
-from .memory import ImageDataset
+from .in_memory import ImageDataset
 
 SPLITS = ("train", "test")
 SUBSETS = ("auto", "full", "embedded")

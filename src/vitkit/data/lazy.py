@@ -24,7 +24,7 @@ from torch.utils.data import Dataset
 from .batch import Batch
 from .batch_order import global_batch_indices, shard, steps_per_epoch
 from .decode import ImageDecodeError, decode_image
-from .source import DEFAULT_READING, Member, ReadOptions, StepPlan
+from .source import DEFAULT_READING, EncodedImage, ReadOptions, StepPlan
 from .transforms import eval_transform
 from .workers import LoaderSteps, loader_batches
 
@@ -118,10 +118,10 @@ class LazySource:
 
     def encoded_samples(
         self, order: list[int] | None = None
-    ) -> Iterator[tuple[int, str, Member, int | None]]:
+    ) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         for index in range(len(self)) if order is None else order:
             try:
-                data: Member = self.encoded(index)
+                data: EncodedImage = self.encoded(index)
             except ImageDecodeError as error:
                 data = error
             yield index, self.name(index), data, int(self.labels[index])

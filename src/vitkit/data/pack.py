@@ -32,7 +32,7 @@ from .decode import ImageDecodeError, decode_image, image_size
 from .remote import filesystem, is_url, join
 from .shard_index import INFO_NAME, LABEL_EXTENSION
 from .shards import UNKNOWN_IMAGE_EXTENSION
-from .source import Member, Source
+from .source import EncodedImage, Source
 from .transforms import sample_keys
 
 FORMATS = ("wds", "hf")
@@ -56,7 +56,7 @@ def complete_samples(source: Source, order: list[int] | None = None) -> Iterator
         yield index, complete(name, data, label, len(source.classes)), label  # type: ignore[misc]  # checked
 
 
-def complete(name: str, data: Member, label: int | None, classes: int) -> bytes:
+def complete(name: str, data: EncodedImage, label: int | None, classes: int) -> bytes:
     """A sample's bytes; ImageDecodeError when its image is missing or too large, or its label missing or out
     of range."""
     if isinstance(data, ImageDecodeError):

@@ -40,7 +40,7 @@ from .batch import Batch
 from .decode import IMAGE_EXTENSIONS, ImageDecodeError, check_byte_size, decode_image
 from .remote import ReadAhead, RecentShard, RemoteShard
 from .shard_index import INFO_NAME, LABEL_EXTENSION, find_shards
-from .source import DEFAULT_READING, Member, ReadOptions, StepPlan
+from .source import DEFAULT_READING, EncodedImage, ReadOptions, StepPlan
 from .transforms import eval_transform, key, sample_keys
 from .workers import LoaderSteps, loader_batches
 
@@ -121,7 +121,7 @@ class ShardSource:
 
     def encoded_samples(
         self, order: list[int] | None = None
-    ) -> Iterator[tuple[int, str, Member, int | None]]:
+    ) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         """Every sample in shard order (a stream: `order` does not apply)."""
         shards = list(range(len(self.paths)))
         for shard, file in zip(shards, self.fetched_ahead(shards), strict=True):
@@ -136,7 +136,7 @@ class ShardSource:
 
     def samples(
         self, shard: int, file: IO[bytes] | None = None
-    ) -> Iterator[tuple[int, str, Member, int | None]]:
+    ) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         """(index in the split, member name, image bytes (None when missing, an ImageDecodeError when too
         large), label or None) of each sample of a shard, in order; a shard shorter than dataset.json says, or not
         a tar file, raises a one-line ValueError. Only image and label members are read into memory, each after
@@ -173,7 +173,7 @@ class ShardSource:
         if position != count:
             raise ValueError(f"{path}: shard ends after {position} of the {count} images {INFO_NAME} lists")
 
-    def decode(self, name: str, image: Member, label: int | None, channels: int) -> torch.Tensor:
+    def decode(self, name: str, image: EncodedImage, label: int | None, channels: int) -> torch.Tensor:
         """A sample's pixels; ImageDecodeError when its image is missing, undecodable or its label is bad."""
         if isinstance(image, ImageDecodeError):
             raise image
@@ -241,7 +241,7 @@ class ShardSteps(IterableDataset):
             source, plan.world_size * self.workers, self.batch
         )
 
-    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, Member, int | None]]:
+    def stream(self, epoch: int, slot: int) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         """Stream `slot` (of ranks x workers) of an epoch: its shards in order, through the keyed shuffle buffer."""
         streams = self.world_size * self.workers
         order = torch.sort(sample_keys(torch.arange(len(self.source.paths)), self.seed, epoch, _SHARD_ORDER_DOMAIN),

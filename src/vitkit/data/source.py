@@ -3,7 +3,7 @@ read (ReadOptions), and what training asks it for (StepPlan, answered by a StepR
 
 The pipeline, subsets, packing and the trainer call these methods and never ask which class a source is, so a
 source vitkit does not ship (a database, another file format) trains and evaluates like the built-in ones:
-in memory (vitkit.data.memory), per sample (vitkit.data.lazy: folders, Hugging Face datasets) and streamed
+in memory (vitkit.data.in_memory), per sample (vitkit.data.lazy: folders, Hugging Face datasets) and streamed
 (vitkit.data.shards). A source read sample by sample implements its training and evaluation reading with
 vitkit.data.lazy's `per_sample_steps` and `per_sample_eval`.
 """
@@ -21,7 +21,9 @@ from .decode import ImageDecodeError
 from .transforms import TrainTransform
 
 ON_CORRUPT = ("stop", "skip")
-Member = bytes | ImageDecodeError | None  # a sample's encoded image; the error of one unreadable; missing
+EncodedImage = (
+    bytes | ImageDecodeError | None
+)  # a sample's encoded image; the error of one unreadable; missing
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,6 @@ class Source(Protocol):
 
     def encoded_samples(
         self, order: list[int] | None = None
-    ) -> Iterator[tuple[int, str, Member, int | None]]:
+    ) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         """(index, name, encoded image, label) of every sample, in index order (or `order`, when indexable),
         without decoding what is encoded: what packing writes and `data info` measures."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .builtin import NAMES, load_dataset
 from .folder import FolderSource
-from .hf import HFSource
+from .hf_datasets import HFSource
 from .shards import ShardSource
 from .source import DEFAULT_READING, ReadOptions, Source
 

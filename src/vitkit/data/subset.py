@@ -57,14 +57,15 @@ def hold_out(dataset: Source, size: int, seed: int = 0) -> tuple[Source, Source]
     """(the rest, a class-balanced validation split of `size` images): disjoint, together `dataset`, so a
     recipe can be chosen on images it never trains on while the test set stays for the final report."""
     check_indexable(dataset, "data.val_split")
-    held = balanced_indices(dataset, size, seed, "data.val_split")
+    validation_indices = balanced_indices(dataset, size, seed, "data.val_split")
     keep = torch.ones(len(dataset), dtype=torch.bool)
-    keep[held] = False
+    keep[validation_indices] = False
     rest = dataset.select(
         keep.nonzero().flatten(),
         f"{dataset.description}; {size} images held out for validation (seed {seed})",
     )
     validation = dataset.select(
-        held, f"validation split of {size} images (seed {seed}) held out of {dataset.description}"
+        validation_indices,
+        f"validation split of {size} images (seed {seed}) held out of {dataset.description}",
     )
     return rest, validation

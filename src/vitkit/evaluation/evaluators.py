@@ -59,28 +59,28 @@ class AccuracyEvaluator(SplitEvaluator):
 
 
 class MaskedPatchEvaluator(SplitEvaluator):
-    """The masked patch prediction loss on a split (vitkit.evaluation.masked_patches): `mpp_loss_<name>`."""
+    """The masked patch prediction loss on a split (vitkit.evaluation.masked_patches): `<name>_mpp_loss`."""
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
         loss, skipped = masked_patch_loss(
             model, self.dataset, batch_size=self.batch_size, precision=self.precision
         )
         self.skipped += skipped
-        return {f"mpp_loss_{self.name}": loss}
+        return {f"{self.name}_mpp_loss": loss}
 
 
-class OnPart:
-    """`evaluator` measuring the part of the model `part` picks (few-shot measures the ViT inside an MPP
+class SubmoduleEvaluator:
+    """`evaluator` measuring the submodule `select` picks from the model (few-shot measures the ViT inside an MPP
     wrapper)."""
 
-    def __init__(self, evaluator: Evaluator, part: Callable[[Any], nn.Module]) -> None:
-        self.evaluator, self.part = evaluator, part
+    def __init__(self, evaluator: Evaluator, select: Callable[[Any], nn.Module]) -> None:
+        self.evaluator, self.select = evaluator, select
         self.name, self.every, self.skipped = evaluator.name, evaluator.every, evaluator.skipped
 
     def __call__(self, model: nn.Module) -> dict[str, float]:
-        return self.evaluator(self.part(model))
+        return self.evaluator(self.select(model))
 
 
-def due(evaluator: Evaluator, done: int, steps: int) -> bool:
+def measures_after_step(evaluator: Evaluator, done: int, steps: int) -> bool:
     """Whether `evaluator` measures after step `done` of `steps` during training (the end measures them all)."""
     return bool(evaluator.every) and done % evaluator.every == 0 and done < steps

@@ -1,7 +1,7 @@
 """Inside a trained ViT (§4.5, Appendix D.7-D.8): the computations behind Fig. 6, 7 and 11.
 
 Importing this package is light (torch only); the figures (matplotlib) and the HTML report live in
-`vitkit.inspect.figures` and `vitkit.inspect.report`, imported on use.
+`vitkit.inspect.figures` and `vitkit.inspect.html_report`, imported on use.
 """
 
 from vitkit.inspect.attention import (

@@ -1,7 +1,7 @@
 """Building a run from its recipe, in the order the trainer needs the parts: the data splits, the model (fresh,
 fine-tuned or resumed), its precision, optimizer and weight average, and the training step around them (data
-parallelism, torch.compile, CUDA graph, batches and augmentation). `vitkit bench train` builds its step the
-same way."""
+parallelism, torch.compile, CUDA graph, batches and augmentation). Each part takes the run's objective
+(vitkit.training.objectives), built once by the trainer. `vitkit bench train` builds its step the same way."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from vitkit.storage import CONFIG_NAME, pop_class_names
 from vitkit.training.averaging import ema_model
 from vitkit.training.checkpoint import SavedCheckpoint
 from vitkit.training.distributed import data_parallel
-from vitkit.training.objectives import Forward, objective_for
+from vitkit.training.objectives import Forward, Objective
 from vitkit.training.optim import build_optimizer
 from vitkit.training.step import TrainStep
 from vitkit.weights import load_weights
@@ -76,25 +76,27 @@ def open_data(data: DataSection, device: torch.device) -> RunData:
     return RunData(labelled, train.to_device(device), test, validation)
 
 
-def build_run_model(config: RunConfig, class_names: list[str], saved: SavedCheckpoint | None) -> Trainable:
+def build_run_model(
+    config: RunConfig, objective: Objective, class_names: list[str], saved: SavedCheckpoint | None
+) -> Trainable:
     """The checkpoint's architecture when resuming `saved`; else the named model, or the given weights to
-    fine-tune (§3.2: a new, zero-initialised head), wrapped as the objective trains it.
+    fine-tune (§3.2: a new, zero-initialised head), wrapped as `objective` trains it.
 
     A classifier carries the data's `class_names` into every checkpoint and final/; a resume whose data names
     other classes, or the same ones in another order, is refused rather than trained on permuted labels.
     """
-    m = config.model
-    objective = objective_for(config.train)
+    model_config = config.model
     classes = objective.num_classes(class_names)
     if saved is not None:
         fields = dict(saved.config)
         objective.check_resume(pop_class_names(fields, saved.path / CONFIG_NAME), class_names)
         model = build_model(config_from_dict(fields))
-    elif m.weights is not None:
-        model = load_weights(m.weights, **{"num_classes": classes, "reset_head": True, **m.overrides})
+    elif model_config.weights is not None:
+        overrides = {"num_classes": classes, "reset_head": True, **model_config.overrides}
+        model = load_weights(model_config.weights, **overrides)
     else:
-        assert m.name is not None  # the recipe sets exactly one of name and weights
-        model = create_model(m.name, **{"num_classes": classes, **m.overrides})
+        assert model_config.name is not None  # the recipe sets exactly one of name and weights
+        model = create_model(model_config.name, **{"num_classes": classes, **model_config.overrides})
     if model.config.num_classes != classes:
         needs = (
             f"the dataset has {classes} classes"
@@ -107,6 +109,7 @@ def build_run_model(config: RunConfig, class_names: list[str], saved: SavedCheck
 
 def run_precision(
     config: RunConfig,
+    objective: Objective,
     model: Trainable,
     train_set: Source,
     device: torch.device,
@@ -119,9 +122,8 @@ def run_precision(
     if saved is not None and "precision" in saved.state:
         name, reason = saved.state["precision"], saved.state["precision_reason"]
         return Precision(name, f"{reason} (kept from the run's start)", device)
-    t = config.train
-    objective = objective_for(t)
-    micro = t.micro_batch(world()[1])
+    train = config.train
+    micro = train.micro_batch(world()[1])
     shape = (micro, *model.config.input_size)
     inputs: list[torch.Tensor] = []  # made on the first call: most decisions never measure
 
@@ -136,9 +138,9 @@ def run_precision(
         loss.backward()
         model.zero_grad(set_to_none=True)
 
-    key = ("train", model_signature(model), shape, t.objective, str(device))
+    key = ("train", model_signature(model), shape, objective.name, str(device))
     what = f"a forward and backward pass at batch {micro}"
-    chosen = training_precision(t.precision, device, model, t.steps, measured_pass, key, what)
+    chosen = training_precision(train.precision, device, model, train.steps, measured_pass, key, what)
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 
@@ -153,6 +155,7 @@ def optimizer_and_average(
 
 def build_train_step(
     config: RunConfig,
+    objective: Objective,
     train_set: Source,
     model: Trainable,
     optimizer: torch.optim.Optimizer,
@@ -163,27 +166,26 @@ def build_train_step(
     """The step that updates `model` (already on the precision's device, sharded under FSDP) with `optimizer`
     and averages it into `ema`: DDP wrapper, torch.compile, CUDA graph, batches and augmentation, from the
     recipe."""
-    t, device = config.train, precision.device
-    if device.type == "cpu" and t.keep_freed_memory:
+    train, device = config.train, precision.device
+    if device.type == "cpu" and train.keep_freed_memory:
         keep_freed_memory()  # the step's freed activations and gradients stay in the process for the next
-    objective = objective_for(t)
     forward: Forward = data_parallel(model, strategy, device)
-    forward = torch.compile(forward) if t.compile else forward
+    forward = torch.compile(forward) if train.compile else forward
     rank, world_size = world()
     transform = train_transform(config, model, len(train_set.classes))
-    batches = TrainBatches(train_set, transform, t.batch_size, t.seed, t.steps, device, rank, world_size)
-    graphed = use_cuda_graph(t, device, strategy)
-    return TrainStep(t, config.optim, model, forward, objective.loss, optimizer, ema, batches, transform,
+    batches = TrainBatches(train_set, transform, train.batch_size, train.seed, train.steps, device, rank,
+                           world_size)  # fmt: skip
+    graphed = use_cuda_graph(train, objective, device, strategy)
+    return TrainStep(train, config.optim, model, forward, objective.loss, optimizer, ema, batches, transform,
                      precision, graphed)  # fmt: skip
 
 
-def use_cuda_graph(train: TrainSection, device: torch.device, strategy: str) -> bool:
+def use_cuda_graph(train: TrainSection, objective: Objective, device: torch.device, strategy: str) -> bool:
     """train.cuda_graph for this run: 'auto' captures an uncompiled step in one process on CUDA where the
     objective allows; 'on' refuses what it cannot capture (another device, several processes, the objective,
     compile)."""
     if train.cuda_graph == "off":
         return False
-    objective = objective_for(train)
     why_not = (
         f"the run is on {device.type}, not CUDA"
         if device.type != "cuda"

@@ -28,6 +28,7 @@ from vitkit.sizes import to_pair
 from vitkit.storage import FINAL_DIR, save_pretrained
 from vitkit.training.build import RunData, build_run_model, open_data
 from vitkit.training.features import FeatureStore, pre_logits, split_features, store_path
+from vitkit.training.objectives import objective_for
 from vitkit.training.provenance import record_start, start_record
 from vitkit.training.report import CONFUSION_NAME, count_skipped, write_report
 from vitkit.training.rundir import RunDirLock, create_run_dir, open_run_dir
@@ -54,17 +55,19 @@ class FrozenFit:
 def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str) -> FrozenFit:
     """The new run directory (never over another), the data (indexable: images keyed by index) and the model
     from the recipe's weights with a zero-initialised head for the data's classes; a line says what runs."""
-    t = config.train
+    train = config.train
     open_run_dir(run_dir, lock, resume=False)
-    device = resolve_device(t.device)
-    if t.threads:
-        torch.set_num_threads(t.threads)
+    device = resolve_device(train.device)
+    if train.threads:
+        torch.set_num_threads(train.threads)
     data = open_data(config.data, device)
     for source in (data.train, data.test):
-        check_indexable(source, f"train.fit={t.fit!r}")
+        check_indexable(source, f"train.fit={train.fit!r}")
     classes = list(data.train.classes)
-    model = cast(Model, build_run_model(config, classes, None).to(device))  # a classifier: the model itself
-    precision = inference_precision(t.precision, model, t.eval_batch())
+    model = cast(
+        Model, build_run_model(config, objective_for(train), classes, None).to(device)
+    )  # a classifier: the model itself
+    precision = inference_precision(train.precision, model, train.eval_batch())
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
     print(
         f"{what}: {config.model.weights} ({count_parameters(model) / 1e6:.2f}M parameters at {size}), "

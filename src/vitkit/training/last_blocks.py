@@ -67,12 +67,12 @@ def freeze_all_but(model: VisionTransformer, first: int) -> list[nn.Parameter]:
 
 
 def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
-    t = config.train
-    fit = open_fit(config, run_dir, lock, f"last {t.tuned_blocks} block(s) and a head on frozen tokens")
+    train = config.train
+    fit = open_fit(config, run_dir, lock, f"last {train.tuned_blocks} block(s) and a head on frozen tokens")
     if not isinstance(fit.model, VisionTransformer):
         raise ValueError(f"{config.model.weights}: train.fit='last_blocks' tunes a ViT's blocks")
     model = fit.model
-    first = first_tuned(model, t.tuned_blocks)
+    first = first_tuned(model, train.tuned_blocks)
     d = config.data
     augmented = [
         name
@@ -100,15 +100,15 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
 
     @torch.no_grad()
     def scores(tokens: np.ndarray) -> np.ndarray:
-        batches = torch.from_numpy(tokens).split(t.eval_batch())
+        batches = torch.from_numpy(tokens).split(train.eval_batch())
         return torch.cat([tuned_logits(model, z.to(fit.device), first).cpu() for z in batches]).numpy()
 
     evaluations, confusion = evaluate_scores(fit, scores)
     report = {
         **evaluations,
         "fit": "last_blocks",
-        "tuned_blocks": t.tuned_blocks,
-        "steps": t.steps,
+        "tuned_blocks": train.tuned_blocks,
+        "steps": train.steps,
         "final_loss": losses[-1] if losses else None,
         "train_seconds": train_seconds,
     }
@@ -119,33 +119,33 @@ def train_tuned(fit: FrozenFit, first: int) -> list[float]:
     """`train.steps` optimizer steps of the tuned part on batches of cached training sequences (an epoch's order
     drawn with `train.seed`); returns the losses."""
     config, model = fit.config, cast(VisionTransformer, fit.model)
-    t, o = config.train, config.optim
-    torch.manual_seed(t.seed)  # dropout and stochastic depth in the tuned blocks
+    train, optim = config.train, config.optim
+    torch.manual_seed(train.seed)  # dropout and stochastic depth in the tuned blocks
     parameters = freeze_all_but(model, first)
-    optimizer = build_optimizer(model, o, fit.device)
+    optimizer = build_optimizer(model, optim, fit.device)
     x, y = fit.features["train"]
     tokens, labels = torch.from_numpy(x), torch.from_numpy(y).long()
-    batch = min(t.batch_size, len(labels))
-    order = torch.Generator().manual_seed(t.seed)
+    batch = min(train.batch_size, len(labels))
+    order = torch.Generator().manual_seed(train.seed)
     batches: list[torch.Tensor] = []
     losses: list[float] = []
     model.train()
     logged = time.perf_counter()
-    for step in range(t.steps):
+    for step in range(train.steps):
         if not batches:
             batches = list(torch.randperm(len(labels), generator=order).split(batch))
         rows = batches.pop(0)
-        set_learning_rate(optimizer, learning_rate(step, t.steps, o))
+        set_learning_rate(optimizer, learning_rate(step, train.steps, optim))
         logits = tuned_logits(model, tokens[rows].to(fit.device), first)
-        loss = classification_loss(logits, labels[rows].to(fit.device), t.loss, t.label_smoothing)
+        loss = classification_loss(logits, labels[rows].to(fit.device), train.loss, train.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if o.grad_clip:
-            torch.nn.utils.clip_grad_norm_(parameters, o.grad_clip)
+        if optim.grad_clip:
+            torch.nn.utils.clip_grad_norm_(parameters, optim.grad_clip)
         optimizer.step()
         losses.append(float(loss.detach()))
         now = time.perf_counter()
-        if step + 1 == t.steps or (step + 1) % t.log_every == 0 or now - logged >= LOG_SECONDS:
-            print(f"step {step + 1}/{t.steps}  loss {losses[-1]:.4f}", flush=True)
+        if step + 1 == train.steps or (step + 1) % train.log_every == 0 or now - logged >= LOG_SECONDS:
+            print(f"step {step + 1}/{train.steps}  loss {losses[-1]:.4f}", flush=True)
             logged = now
     return losses

@@ -45,8 +45,8 @@ def cross_validated(
     """{l2: accuracy on held-out images} of the closed-form head, each image held out once."""
     fold = fold_of(y, min(folds, len(y)), seed)
     correct = np.zeros(len(l2s))
-    for held in range(int(fold.max()) + 1):
-        out = fold == held
+    for held_out_fold in range(int(fold.max()) + 1):
+        out = fold == held_out_fold
         accuracy = lsr_accuracy(x[~out], y[~out], x[out], y[out], num_classes, l2s)
         correct += [accuracy[l2] * out.sum() for l2 in l2s]
     return {l2: float(c / len(y)) for l2, c in zip(l2s, correct, strict=True)}
@@ -75,12 +75,12 @@ def fit_linear(config: RunConfig, run_dir: Path, command: list[str] | None = Non
 
 
 def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
-    t = config.train
+    train = config.train
     fit = open_fit(config, run_dir, lock, "linear head on frozen features")
     cache_features(fit)
     x, y = fit.features["train"]
     start = time.perf_counter()
-    validated = cross_validated(x, y, len(fit.classes), [float(v) for v in t.linear_l2], t.seed)
+    validated = cross_validated(x, y, len(fit.classes), [float(v) for v in train.linear_l2], train.seed)
     l2 = chosen_l2(validated)
     a, b = precompute(x, y, len(fit.classes)).affine(l2)
     solve_seconds = time.perf_counter() - start

@@ -87,7 +87,7 @@ class Objective(Protocol):
         """The test split's measurement, and the others (a validation split's)."""
         ...
 
-    def exported(self, model: Trainable) -> Model:
+    def final_model(self, model: Trainable) -> Model:
         """What final/ holds and few-shot measures."""
         ...
 
@@ -128,7 +128,7 @@ class Classification:
             return on_test, []
         return on_test, [AccuracyEvaluator("val", validation, every, batch_size, precision)]
 
-    def exported(self, model: Trainable) -> Model:
+    def final_model(self, model: Trainable) -> Model:
         return model  # type: ignore[return-value]
 
     def task(self, model: Trainable) -> str:
@@ -166,7 +166,7 @@ class MaskedPatches:
     ) -> tuple[TestEvaluator, list[Evaluator]]:
         return MaskedPatchEvaluator("test", test, 0, batch_size, precision), []
 
-    def exported(self, model: Trainable) -> Model:
+    def final_model(self, model: Trainable) -> Model:
         return cast(MaskedPatchPrediction, model).vit
 
     def task(self, model: Trainable) -> str:

@@ -14,14 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm import tqdm
 
 from vitkit.collectives import world
 from vitkit.recipe.run_config import TrainSection
 from vitkit.training.report import MetricsLog, format_metrics
-from vitkit.training.step import PendingLosses
-from vitkit.training.timing import StepSplit
 
 LOG_SECONDS = 10.0  # the longest a run goes without a line (or, on a terminal, a refreshed bar)
 PLAN_AFTER = (1, 3)  # the steps after which the run says how long it will take
@@ -56,7 +53,7 @@ class Progress:
             else:
                 self.write(f"still working: {now - self.step_end:.0f} s since step {self.done}/{self.total}")
 
-    def due(self, step: int) -> bool:
+    def writes_line(self, step: int) -> bool:
         """Whether completed `step` gets a line: every log_every steps, the last, the first of this process, and
         any after LOG_SECONDS without one."""
         return (
@@ -82,7 +79,7 @@ class Progress:
                 "data wait": f"{data_wait:.0%}",
             }
             self.bar.set_postfix(postfix, refresh=False)
-        elif self.due(step):
+        elif self.writes_line(step):
             elapsed = time.perf_counter() - self.start_time
             eta = elapsed / max(step - self.start_step, 1) * (self.total - step)
             self.write(
@@ -115,8 +112,7 @@ def _duration(seconds: float) -> str:
 
 class RunLog:
     """What a run tells as it goes, on rank 0: the progress bar (loss, learning rate, images/s, data wait; unless
-    not `shown`), metrics.jsonl and TensorBoard (vitkit.training.report.MetricsLog), and each skipped image once. It
-    holds the losses a CUDA step leaves unread (PendingLosses) until a log step or a checkpoint reads them."""
+    not `shown`), metrics.jsonl and TensorBoard (vitkit.training.report.MetricsLog), and each skipped image once."""
 
     def __init__(
         self,
@@ -124,7 +120,6 @@ class RunLog:
         train: TrainSection,
         start_step: int,
         resumed: bool,
-        device: torch.device,
         skipped: list[str],
         shown: bool = True,
     ) -> None:
@@ -133,7 +128,6 @@ class RunLog:
             MetricsLog(run_dir, resume_step=start_step if resumed else None) if self.rank == 0 else None
         )
         self.progress = Progress(train.steps, start_step, train.log_every, enabled=shown and self.rank == 0)
-        self.losses, self.split = PendingLosses(device), StepSplit(device)
         self.reported = set(skipped)  # each image once; report.json counts how often it was met
         self.window_start, self.window_images, self.images_per_second = time.perf_counter(), 0, 0.0
         self.start_step, self.planned = start_step, time.perf_counter()
@@ -141,10 +135,12 @@ class RunLog:
     def is_log_step(self, done: int) -> bool:
         return done % self.train.log_every == 0 or done == self.train.steps
 
-    def step(self, done: int, loss: torch.Tensor, lr: float, skipped: list[str]) -> None:
-        """Step `done` (1-based) trained: its loss is logged when read (at once on CPU; on CUDA, one host sync at
-        log steps and before checkpoints), a non-finite one raising NonFiniteLoss."""
-        self.losses.append(done, loss, lr)
+    def step(
+        self, done: int, losses: list[tuple[int, float, float]], skipped: list[str], data_wait: float
+    ) -> None:
+        """Step `done` (1-based) trained: `losses` are the (step, loss, lr) read since the last call (on CUDA
+        they are read at log steps and checkpoints only), `skipped` the images it left out, `data_wait` the share
+        of the timed steps' time spent on their input."""
         for line in skipped:
             if line not in self.reported:
                 self.reported.add(line)
@@ -155,10 +151,9 @@ class RunLog:
         self.plan(done)
         if self.is_log_step(done):
             self.window_start, self.window_images = now, 0
-        if self.is_log_step(done) or done % self.train.checkpoint_every == 0 or not self.losses.deferred:
-            for logged, value, rate in self.losses.read():
-                self.log({"step": logged, "train_loss": value, "lr": rate})
-                self.progress.update(logged, value, rate, self.images_per_second, self.split.share("data"))
+        for logged, value, rate in losses:
+            self.log({"step": logged, "train_loss": value, "lr": rate})
+            self.progress.update(logged, value, rate, self.images_per_second, data_wait)
 
     def plan(self, done: int) -> None:
         """How long the run will take, said after its first step and again from the two after it (the first

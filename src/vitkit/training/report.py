@@ -103,8 +103,8 @@ def format_metrics(record: dict[str, Any]) -> str:
         parts.append(f"test top-1 {100 * record['test_top1']:.2f}%  top-5 {100 * record['test_top5']:.2f}%")
     if "val_top1" in record:
         parts.append(f"validation top-1 {100 * record['val_top1']:.2f}%")
-    if "mpp_loss_test" in record:
-        parts.append(f"MPP test loss {record['mpp_loss_test']:.4f}")
+    if "test_mpp_loss" in record:
+        parts.append(f"MPP test loss {record['test_mpp_loss']:.4f}")
     names = accuracy_names(record).items()
     shots = [f"{label} {100 * record[key]:.2f}%" for key, label in names if key not in TOP1_NAMES]
     if shots:
@@ -172,22 +172,22 @@ def finish(
     """Write final/ (what vitkit.load_weights(run_dir) loads), the figures and report.json; returns the report.
 
     `summary` holds the final evaluations, steps, world_size and wall_seconds. A classification run reports
-    test_top1/top5/loss and draws the confusion matrix; an MPP run (no classifier) reports mpp_loss_test and has
+    test_top1/top5/loss and draws the confusion matrix; an MPP run (no classifier) reports test_mpp_loss and has
     neither test_top1 nor a confusion matrix. Few-shot runs add fewshot_{k}shot (and _std).
     """
     save_pretrained(model, run_dir / FINAL_DIR)
     write_curves(run_dir)
     if confusion is not None:
         plot_confusion(confusion, test_set.classes, run_dir / CONFUSION_NAME, test_set.description)
-    t = config.train
+    train = config.train
     summary = {
         **summary,
-        "objective": t.objective,
-        "images_per_second": t.steps * t.batch_size / max(train_seconds, 1e-9),
+        "objective": train.objective,
+        "images_per_second": train.steps * train.batch_size / max(train_seconds, 1e-9),
         **loss_summary(read_metrics(run_dir)),
-        "epochs": t.steps * t.batch_size / len(train_set),
+        "epochs": train.steps * train.batch_size / len(train_set),
         "parameters": count_parameters(model),
-        "ema": bool(t.ema_decay),
+        "ema": bool(train.ema_decay),
         "train_data": train_set.description,
         "test_data": test_set.description,
         "run_dir": str(run_dir),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 
 import torch
 from torch import nn
@@ -24,17 +25,65 @@ from vitkit.training.distributed import gradient_sync
 from vitkit.training.graph import GraphedUpdate
 from vitkit.training.objectives import Forward, LossFunction
 from vitkit.training.optim import learning_rate, set_learning_rate
-from vitkit.training.timing import NO_SPLIT, StepSplit
 
 
 class NonFiniteLoss(RuntimeError):
     """The loss became NaN or inf: the run stops before the update, keeping the last good checkpoint."""
 
 
+class StepTimer:
+    """Seconds spent per part of a training step (data, forward_backward, optimizer), summed over the steps it
+    times (the progress bar's data share and report.json's step_seconds). The engine times the log steps only:
+    on CUDA each part ends with a synchronisation."""
+
+    def __init__(self, device: torch.device | None) -> None:
+        self.device = device
+        self.seconds: dict[str, float] = {"data": 0.0, "forward_backward": 0.0, "optimizer": 0.0}
+        self.steps = 0
+        self.last = 0.0
+
+    def start(self) -> None:
+        self._sync()
+        self.steps += 1
+        self.last = time.perf_counter()
+
+    def lap(self, part: str) -> None:
+        """Add the time since the previous lap (or start) to `part`."""
+        self._sync()
+        now = time.perf_counter()
+        self.seconds[part] += now - self.last
+        self.last = now
+
+    def share(self, part: str) -> float:
+        """`part`'s share of the timed steps' time: for "data", how much of training waits for its input."""
+        total = sum(self.seconds.values())
+        return self.seconds[part] / total if total else 0.0
+
+    def per_step(self) -> dict[str, float]:
+        """Mean seconds per timed step of each part (empty when no step was timed)."""
+        return {part: seconds / self.steps for part, seconds in self.seconds.items()} if self.steps else {}
+
+    def _sync(self) -> None:
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+class _Untimed(StepTimer):
+    def start(self) -> None:
+        pass
+
+    def lap(self, part: str) -> None:
+        pass
+
+
+UNTIMED = _Untimed(None)  # the steps that are not timed
+
+
 class TrainStep:
     """Seed dropout and drop-path, set the learning rate, take this rank's share of the global batch, forward and
     backward it (in micro-batches), average the loss over ranks, clip, update, average the weights.
-    `vitkit train` and `vitkit bench train` both run it; vitkit.training.build makes it from a recipe."""
+    `vitkit train` and `vitkit bench train` both run it; vitkit.training.build makes it from a recipe.
+    `timer` holds the time of the steps it was asked to time; `close()` stops the batches' worker processes."""
 
     def __init__(
         self,
@@ -57,42 +106,47 @@ class TrainStep:
         self.rank, world_size = world()
         self.micro = train.micro_batch(world_size)
         self.graphed = GraphedUpdate(self.update, model, optimizer) if graphed else None
+        self.timer = StepTimer(precision.device)
 
-    def __call__(self, step: int, split: StepSplit | None = None) -> tuple[torch.Tensor, float, list[str]]:
+    def __call__(self, step: int, timed: bool = False) -> tuple[torch.Tensor, float, list[str]]:
         """Train step `step` (0-based); returns (mean loss over the global batch, a 0-d tensor; learning rate;
         the images this rank's batch left out as unreadable).
 
         On CPU the loss is checked before the update (reading it costs nothing there); on CUDA, where reading it
-        would stall the GPU every step, the loop checks it when it reads it (PendingLosses). `split` times the
-        parts of the step (synchronising the GPU between them).
+        would stall the GPU every step, the loop checks it when it reads it (PendingLosses). `timed` adds the
+        parts of the step to `timer` (synchronising the GPU between them).
         """
-        split = split or NO_SPLIT
-        split.start()
+        timer = self.timer if timed else UNTIMED
+        timer.start()
         lr = learning_rate(step, self.train.steps, self.optim)
         batch = self.batches(step)
         x, y = mixed(self.transform, batch, self.batches.epoch(step), self.micro)
-        split.lap("data")
+        timer.lap("data")
         # Dropout and drop-path draw from torch's generator, seeded here, after the data is read: whatever the
         # reading drew (a DataLoader iterator started at a resume), the model's draws are (seed, step, rank)'s.
         torch.manual_seed(step_seed(self.train.seed, step, self.rank))
         if self.graphed is not None:
             loss = self.graphed(x, y, lr)
-            split.lap("forward_backward")  # the whole update, one replay
+            timer.lap("forward_backward")  # the whole update, one replay
         else:
             set_learning_rate(self.optimizer, lr)
-            loss = self.update(x, y, split, step)
+            loss = self.update(x, y, timer, step)
             self.optimizer.zero_grad(set_to_none=True)
-            split.lap("optimizer")
+            timer.lap("optimizer")
         if self.ema is not None:
             self.ema.update_parameters(self.model)
         return loss, lr, batch.skipped
 
+    def close(self) -> None:
+        """Stop the batches' worker processes (before evaluation starts its own, and however the run ends)."""
+        self.batches.close()
+
     def update(
-        self, x: torch.Tensor, y: torch.Tensor, split: StepSplit | None = None, step: int = -1
+        self, x: torch.Tensor, y: torch.Tensor, timer: StepTimer = UNTIMED, step: int = -1
     ) -> torch.Tensor:
         """Forward and backward this rank's (mixed) images in micro-batches, average the loss over ranks, clip
-        and step the optimizer; returns the mean loss. What GraphedUpdate captures (on CUDA, without `split`)."""
-        loss = forward_backward(self.forward, self.loss_function, x, y, self.micro, self.precision, split)
+        and step the optimizer; returns the mean loss. What GraphedUpdate captures (on CUDA, untimed)."""
+        loss = forward_backward(self.forward, self.loss_function, x, y, self.micro, self.precision, timer)
         loss = all_reduce_mean(loss)
         if self.precision.device.type != "cuda":
             check_finite(loss.item(), step + 1, "stopped before the update")
@@ -109,7 +163,7 @@ def forward_backward(
     y: torch.Tensor,
     micro: int,
     precision: Precision,
-    split: StepSplit | None = None,
+    timer: StepTimer = UNTIMED,
 ) -> torch.Tensor:
     """Forward and backward this rank's share of a step in micro-batches of `micro` images; returns the mean
     loss (a tensor).
@@ -117,7 +171,6 @@ def forward_backward(
     Each micro-batch loss is weighted by its share of the batch, so the summed gradients equal those of one
     full batch: the paper's batch sizes on small hardware.
     """
-    split = split or NO_SPLIT
     device = precision.device
     capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
     loss = torch.zeros((), device=device)
@@ -129,7 +182,7 @@ def forward_backward(
                 part = loss_function(forward, images, labels) * (len(images) / len(x))
             part.backward()
         loss += part.detach()
-        split.lap("forward_backward")
+        timer.lap("forward_backward")
     return loss
 
 
@@ -171,9 +224,10 @@ class PendingLosses:
     def append(self, step: int, loss: torch.Tensor, lr: float) -> None:
         self.pending.append((step, loss, lr))
 
-    def read(self) -> list[tuple[int, float, float]]:
-        """(step, loss, lr) of every pending step, in order."""
-        if not self.pending:
+    def read(self, sync_point: bool = True) -> list[tuple[int, float, float]]:
+        """(step, loss, lr) of every pending step, in order: on CPU at every call, on CUDA at a `sync_point` only
+        (the loop's log steps and checkpoints)."""
+        if not self.pending or (self.deferred and not sync_point):
             return []
         values = torch.stack([loss for _, loss, _ in self.pending]).tolist()
         read = [(step, value, lr) for (step, _, lr), value in zip(self.pending, values, strict=True)]

@@ -1,6 +1,7 @@
 """The trainer, one for pre-training and fine-tuning (§3.2, Appendix B.1), classification or masked patch
-prediction (§4.6, B.1.2): built in order (the run directory and the checkpoint it continues, the data, the
-model, its precision, optimizer and weight average, the step, the evaluators), then `fit()`, the loop."""
+prediction (§4.6, B.1.2): built once, in order (the run directory and the checkpoint it continues, the data, the
+objective and model, its precision and placement, optimizer and weight average, the step, the checkpoint manager,
+the evaluators), then `fit()`, the loop."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from vitkit import shutdown
 from vitkit.allocator import return_freed_memory
 from vitkit.collectives import all_gather_object, broadcast_object, world
 from vitkit.device import resolve_device
-from vitkit.evaluation.evaluators import Evaluator, OnPart, due
+from vitkit.evaluation.evaluators import Evaluator, SubmoduleEvaluator, measures_after_step
 from vitkit.evaluation.fewshot import FewShotEvaluator
 from vitkit.flops import count_parameters
 from vitkit.models.registry import Trainable
@@ -44,7 +45,7 @@ from vitkit.training.objectives import objective_for
 from vitkit.training.progress import RunLog
 from vitkit.training.provenance import record_start, start_record
 from vitkit.training.rundir import RunDirLock, create_run_dir, open_run_dir
-from vitkit.training.step import NonFiniteLoss
+from vitkit.training.step import NonFiniteLoss, PendingLosses
 
 
 def run_training(
@@ -88,7 +89,12 @@ def run_training(
 
 
 class Trainer:
-    """A run, built from its recipe: every process builds one, rank 0 writes the run directory."""
+    """A run, built from its recipe: every process builds one, rank 0 writes the run directory.
+
+    The parts are built once, in the order torchtitan's `Trainer.__init__` builds its own: the recipe (checked,
+    and the checkpoint it continues), the data, the objective and the model, its precision, its placement over the
+    ranks, the optimizer and weight average, the training step, the checkpoint manager (restoring the saved
+    state), then the evaluators; each part is handed the ones before it."""
 
     def __init__(
         self,
@@ -101,31 +107,35 @@ class Trainer:
         quiet: bool = False,
     ) -> None:
         config.validate()
-        self.config, self.run_dir, self.quiet, t = config, run_dir, quiet, config.train
+        self.config, self.run_dir, self.quiet, train = config, run_dir, quiet, config.train
         self.rank, self.world_size = world()
-        t.micro_batch(
-            self.world_size
-        )  # the batch splits evenly over the ranks and micro-batches, or a ValueError
-        self.device = local_device(resolve_device(t.device))
-        if t.threads:
-            torch.set_num_threads(t.threads)
+        # The batch splits evenly over the ranks and micro-batches, or a ValueError.
+        train.micro_batch(self.world_size)
+        self.device = local_device(resolve_device(train.device))
+        if train.threads:
+            torch.set_num_threads(train.threads)
         # The checkpoint to continue: found and read once, by rank 0, for every rank.
         self.saved = broadcast_object(open_run_dir(run_dir, lock, resume) if self.rank == 0 else None)
 
         self.data = open_data(config.data, self.device)
-        self.objective = objective_for(t)
-        torch.manual_seed(t.seed)  # the initialisation of a fresh model
-        model = build_run_model(config, list(self.data.train.classes), self.saved).to(self.device)
-        self.strategy = resolve_strategy(t.strategy, self.world_size)
+        self.objective = objective_for(train)
+        torch.manual_seed(train.seed)  # the initialisation of a fresh model
+        model = build_run_model(config, self.objective, list(self.data.train.classes), self.saved)
+        model = model.to(self.device)
+        self.precision = run_precision(
+            config, self.objective, model, self.data.train, self.device, self.saved
+        )
+        self.strategy = resolve_strategy(train.strategy, self.world_size)
         if self.strategy == "fsdp":
             shard_model(model, self.device)  # in place, before the optimizer sees the parameters
         self.model = model
-        self.precision = run_precision(config, model, self.data.train, self.device, self.saved)
         self.optimizer, self.ema = optimizer_and_average(config, model, self.device)
-        self.step = build_train_step(config, self.data.train, model, self.optimizer, self.ema, self.precision,
-                                     self.strategy)  # fmt: skip
+        self.train_step = build_train_step(config, self.objective, self.data.train, model, self.optimizer,
+                                           self.ema, self.precision, self.strategy)  # fmt: skip
+        # The losses a CUDA step leaves unread until a log step or a checkpoint reads (and checks) them.
+        self.losses = PendingLosses(self.device)
 
-        self.checkpoints = CheckpointManager(run_dir, self.strategy, t.keep_checkpoints)
+        self.checkpoints = CheckpointManager(run_dir, self.strategy, train.keep_checkpoints)
         self.state: dict[str, Any] = {"step": 0, "wall_seconds": 0.0, "train_seconds": 0.0}
         self.train_skipped: list[str] = []  # as the batches name them (this rank's)
         if self.saved is not None:
@@ -138,15 +148,15 @@ class Trainer:
         # Evaluation and final/ use the weight average (§4.1): a copy of the model.
         self.eval_model = model if self.ema is None else cast(Trainable, self.ema.module)
         self.test_evaluator, self.evaluators = self.objective.evaluators(
-            self.data.test, self.data.validation, t.eval_every, t.eval_batch(), self.precision
+            self.data.test, self.data.validation, train.eval_every, train.eval_batch(), self.precision
         )
         # Few-shot: rank 0 alone (FSDP, which needs every rank, is refused), k-shot images from the whole training
         # split (less data.val_split), also with data.train_subset: it measures the representation, not training.
         self.fewshot: list[Evaluator] = []
-        if t.fewshot_every and self.rank == 0:
-            fewshot = FewShotEvaluator(self.data.labelled, self.data.test, num_test=t.fewshot_num_test,
-                                       precision=self.precision, every=t.fewshot_every)  # fmt: skip
-            self.fewshot.append(OnPart(fewshot, self.objective.exported))
+        if train.fewshot_every and self.rank == 0:
+            fewshot = FewShotEvaluator(self.data.labelled, self.data.test, num_test=train.fewshot_num_test,
+                                       precision=self.precision, every=train.fewshot_every)  # fmt: skip
+            self.fewshot.append(SubmoduleEvaluator(fewshot, self.objective.final_model))
 
         if self.rank == 0 and not resume:  # only now: a recipe, dataset or model that fails leaves nothing
             create_run_dir(run_dir, config, lock)
@@ -157,55 +167,57 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         """Train from the step the run is at to train.steps, evaluating and checkpointing on the way; then the
         final evaluation, final/ and report.json (rank 0; the other ranks return {})."""
-        t, start_step = self.config.train, self.state["step"]
-        log = RunLog(self.run_dir, t, start_step, self.saved is not None, self.device, self.train_skipped,
+        train, start_step = self.config.train, self.state["step"]
+        log = RunLog(self.run_dir, train, start_step, self.saved is not None, self.train_skipped,
                      shown=not self.quiet)  # fmt: skip
         log.write(self.describe(start_step))
         clock = time.perf_counter() - self.state["wall_seconds"]
         train_seconds = self.state["train_seconds"]
+        timer = self.train_step.timer
         self.model.train()
         try:
-            for step in range(start_step, t.steps):
+            for step in range(start_step, train.steps):
                 shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
                 done = step + 1
                 step_start = time.perf_counter()
+                checkpointed = done % train.checkpoint_every == 0 or done == train.steps
                 try:
-                    loss, lr, skipped = self.step(step, log.split if log.is_log_step(done) else None)
-                    log.step(done, loss, lr, skipped)
+                    loss, lr, skipped = self.train_step(step, timed=log.is_log_step(done))
+                    self.losses.append(done, loss, lr)
+                    read = self.losses.read(sync_point=log.is_log_step(done) or checkpointed)
                 except NonFiniteLoss as error:
                     raise NonFiniteLoss(f"{error} ({last_good_checkpoint(self.run_dir)})") from None
+                log.step(done, read, skipped, timer.share("data"))
                 self.train_skipped += skipped
                 train_seconds += time.perf_counter() - step_start
-                evaluations = self.measure([e for e in self.all_evaluators() if due(e, done, t.steps)])
-                log.evaluations(done, evaluations, time.perf_counter() - clock)
-                if done % t.checkpoint_every == 0 or done == t.steps:
+                scheduled = [e for e in self.all_evaluators() if measures_after_step(e, done, train.steps)]
+                log.evaluations(done, self.measure(scheduled), time.perf_counter() - clock)
+                if checkpointed:
                     log.flush()
                     self.save(done, time.perf_counter() - clock, train_seconds)
-            self.step.batches.close()  # the training workers stop before evaluation starts its own
-            if self.device.type == "cpu" and t.keep_freed_memory:
+            self.train_step.close()  # the training workers stop before evaluation starts its own
+            if self.device.type == "cpu" and train.keep_freed_memory:
                 return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
             evaluations = self.measure(self.all_evaluators())
             wall = time.perf_counter() - clock
-            final_model = gathered_model(
-                self.eval_model, self.strategy
-            )  # FSDP: gathered on rank 0 (every rank)
+            gathered = gathered_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
             train_skipped = all_ranks(self.train_skipped)
             evaluated_skipped = [all_ranks(e.skipped) for e in [self.test_evaluator, *self.evaluators]]
             if self.rank != 0:
                 return {}
-            log.log({"step": t.steps, "wall_seconds": wall, **evaluations})
+            log.log({"step": train.steps, "wall_seconds": wall, **evaluations})
         finally:  # bounded: the data workers stop first, then what is written is closed (vitkit.shutdown)
-            shutdown.bounded("the data loader workers", self.step.batches.close)
+            shutdown.bounded("the data loader workers", self.train_step.close)
             log.close()
         skipped = train_skipped + [line for lines in evaluated_skipped for line in lines]
         summary = {
             **evaluations,
-            "steps": t.steps,
+            "steps": train.steps,
             "world_size": self.world_size,
             "wall_seconds": wall,
             **self.precision.record(),
-            "step_seconds": log.split.per_step(),
-            "data_wait_share": log.split.share("data"),
+            "step_seconds": timer.per_step(),
+            "data_wait_share": timer.share("data"),
             "skipped_images": report.count_skipped(skipped),
             "test_images": len(self.data.test)
             - len(set(evaluated_skipped[0])),  # a skipped one is not evaluated
@@ -213,8 +225,8 @@ class Trainer:
         }
         if self.data.validation is not None:
             summary |= {"val_data": self.data.validation.description, "val_images": len(self.data.validation)}
-        assert final_model is not None  # rank 0, the one that reaches here
-        return report.finish(self.run_dir, self.config, self.objective.exported(final_model), summary,
+        assert gathered is not None  # rank 0, the one that reaches here
+        return report.finish(self.run_dir, self.config, self.objective.final_model(gathered), summary,
                              self.test_evaluator.confusion, self.data.train, self.data.test, train_seconds)  # fmt: skip
 
     def all_evaluators(self) -> list[Evaluator]:
@@ -241,7 +253,7 @@ class Trainer:
         """The run's opening line: model, task, data, device, precision, run directory."""
         model, cfg, data = self.model, self.model.config, self.data
         size = "x".join(str(s) for s in cfg.input_size[1:])
-        name = type(self.objective.exported(model)).__name__
+        name = type(self.objective.final_model(model)).__name__
         what = (
             f"{name} {count_parameters(model) / 1e6:.2f}M parameters at {size}, {self.objective.task(model)}"
         )

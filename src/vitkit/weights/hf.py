@@ -28,8 +28,8 @@ from torch import nn
 
 from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.registry import Model
-from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
+from vitkit.weights.vitkit_state import load_vitkit_state
 
 HF_EPS = 1e-12  # transformers' ViTConfig default
 _TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}

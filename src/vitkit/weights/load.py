@@ -26,7 +26,6 @@ import torch
 from vitkit.models.registry import Model
 from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_config
 from vitkit.weights import hub
-from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.download import fetch
 from vitkit.weights.hf import class_names_from_config, hints_from_config, load_hf_state
 from vitkit.weights.imagenet import name_classes, recognised_file
@@ -34,6 +33,7 @@ from vitkit.weights.integrity import check_weights_file
 from vitkit.weights.official import load_official, read_npz
 from vitkit.weights.pretrained import from_pretrained, resolve_directory
 from vitkit.weights.timm import load_timm_state
+from vitkit.weights.vitkit_state import load_vitkit_state
 
 FORMATS = ("npz", "vitkit", "timm", "hf")
 _PICKLE_SUFFIXES = (".pth", ".pt", ".bin", ".ckpt", ".pkl")

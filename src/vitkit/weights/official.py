@@ -30,8 +30,8 @@ from torch import nn
 from vitkit.models.config import ViTConfig
 from vitkit.models.registry import Model
 from vitkit.storage import atomic_write
-from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import CONV, LINEAR, Rule, Table, Transform, linear
+from vitkit.weights.vitkit_state import load_vitkit_state
 
 LAYOUTS = ("linen", "legacy")
 OFFICIAL_ACTIVATION = "gelu_tanh"

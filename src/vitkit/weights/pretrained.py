@@ -9,7 +9,7 @@ from typing import Any
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Model
 from vitkit.storage import CONFIG_NAME, FINAL_DIR, WEIGHTS_NAME, load_state_dict, pop_class_names, read_config
-from vitkit.weights.build import instantiate
+from vitkit.weights.vitkit_state import instantiate
 
 
 def from_pretrained(

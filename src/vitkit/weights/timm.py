@@ -31,8 +31,8 @@ from torch import nn
 from vitkit.models.config import ViTConfig
 from vitkit.models.registry import Model
 from vitkit.models.resnet import HYBRID_GN_EPS, HYBRID_WS_EPS
-from vitkit.weights.build import load_vitkit_state
 from vitkit.weights.mapping import Rule, Table, Transform, linear
+from vitkit.weights.vitkit_state import load_vitkit_state
 
 TIMM_WS_EPS = 1e-8  # timm's StdConv2d / StdConv2dSame default for the ViT hybrids
 TIMM_EPS = 1e-6  # timm's ViT LayerNorm

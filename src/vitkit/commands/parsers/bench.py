@@ -194,13 +194,13 @@ BENCHMARKS: dict[
     str, Callable[[argparse.ArgumentParser], None]
 ] = {  # module of vitkit.bench -> its own options
     "inference": _inference_options,
-    "batch": _batch_options,
+    "batch_sizes": _batch_options,
     "resolution": _resolution_options,
     "checkpointing": _checkpointing_options,
     "training": _training_options,
     "train_precision": _train_precision_options,
-    "data": _data_options,
-    "serve": _serve_options,
+    "input_pipeline": _data_options,
+    "serving_runtimes": _serve_options,
 }
 
 

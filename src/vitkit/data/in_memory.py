@@ -19,7 +19,7 @@ from PIL import Image
 
 from .batch import Batch
 from .batch_order import epoch_shard, global_batch_indices, shard, steps_per_epoch
-from .source import Member, ReadOptions, StepPlan
+from .source import EncodedImage, ReadOptions, StepPlan
 from .transforms import eval_transform
 
 EPOCH_MEMORY_SHARE = 0.25  # of a GPU's free memory, for a whole augmented epoch of an in-memory source
@@ -88,7 +88,7 @@ class ImageDataset:
 
     def encoded_samples(
         self, order: list[int] | None = None
-    ) -> Iterator[tuple[int, str, Member, int | None]]:
+    ) -> Iterator[tuple[int, str, EncodedImage, int | None]]:
         """Each image as PNG (lossless: a packed copy trains bitwise like this one)."""
         for index in range(len(self)) if order is None else order:
             yield (
