@@ -179,7 +179,7 @@ def test_every_benchmark_module_is_a_sub_command_that_runs_itself():
     parser = cli.build_parser("bench")
     for stem in BENCHMARKS:
         module = importlib.import_module(f"vitkit.bench.{stem}")
-        args = parser.parse_args(["bench", module.NAME, *(["ROOT"] if stem == "data" else [])])
+        args = parser.parse_args(["bench", module.NAME, *(["ROOT"] if stem == "input_pipeline" else [])])
         assert args.benchmark_module == module.__name__ and callable(module.run)
 
 
