@@ -23,6 +23,12 @@ TINY_VIT_CONFIG = dict(
     img_size=16, patch_size=4, hidden_size=32, depth=2, num_heads=2, mlp_dim=32, num_classes=3
 )
 
+# Wider, with 3 heads on a 4x4 grid of 8-pixel patches: for tests of attention, position embeddings and timing
+# that need more than one head and more than a few tokens.
+TINY_VIT_GRID_CONFIG = dict(
+    img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10
+)
+
 TINY_RECIPE = [
     "model.hidden_size=32",
     "model.depth=2",

@@ -6,7 +6,7 @@ also recorded: an exception raised where Python ignores exceptions (a fork hook,
 lost, so the training loop asks `raise_if_stopped()` at every step. An error that ends the block once a signal
 came (a DataLoader worker that the same signal, sent to the whole process group, ended first) is raised as the
 interruption, so the run ends as interrupted whichever process the signal reached first; once stopping, torch's
-SIGCHLD check of its workers (which raises wherever the main thread is) is off. Inside `deferred()`
+SIGCHLD check of its workers (which raises wherever the main thread is) is off, after the block too. Inside `deferred()`
 (starting DataLoader workers, whose half-built iterator would print a stray traceback if interrupted) a signal is
 only recorded and raised when the block ends. A run stopped this way unwinds through the engine's `finally`: the
 data workers stop first, then what is written is flushed and closed; a closing step that does not return in time
@@ -75,7 +75,7 @@ def _handle(signum: int, frame: object) -> None:
         _State.received = signum
         # torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main
         # thread is (a generator's finalizer too, which prints the error as a traceback). Stopping, a worker's end
-        # is expected (the same signal may have reached it): that check is off until the block ends. (A Python
+        # is expected (the same signal may have reached it): that check is off from then on. (A Python
         # function, not SIG_DFL: a SIGCHLD already pending would then be an OSError, "ignored due to race".)
         _State.previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, _child_ended))
     if not _State.deferring:
@@ -102,7 +102,10 @@ def interruptible() -> Iterator[None]:
     finally:
         sys.unraisablehook = unraisable
         for number, handler in _State.previous.items():
-            signal.signal(number, handler)
+            # Once stopping, a worker the same signal ended may report after the block (its iterator still held
+            # by the interruption's traceback): torch's SIGCHLD check stays off, the run is over.
+            if number != signal.SIGCHLD or _State.received is None:
+                signal.signal(number, handler)
         _State.previous, _State.received = {}, None
 
 

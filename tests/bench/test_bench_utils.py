@@ -10,12 +10,12 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import vitkit
 import vitkit.bench
+from tiny import TINY_VIT_GRID_CONFIG
 from vitkit.bench import memory, timing
 from vitkit.bench.peers import build_peer, check_same_outputs
 from vitkit.bench.table import format_table
 
 SMALL = dict(img_size=28, gemm_size=64)  # 49 tokens and a small ceiling: the rows, not the speed, are tested
-TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10)
 
 
 def test_alternate_rotates_the_order_and_keeps_one_sample_per_round():
@@ -96,7 +96,7 @@ def test_resident_bytes_counts_parameters_and_optimizer_state_once():
 )
 def test_peers_get_identical_weights_and_compute_the_same_logits(peer):
     torch.manual_seed(0)
-    model = vitkit.create_model("ViT-B/16", **TINY).eval()
+    model = vitkit.create_model("ViT-B/16", **TINY_VIT_GRID_CONFIG).eval()
     torch.nn.init.normal_(model.head.weight)  # the zero head would make any peer agree
     other = build_peer(peer, model)
     assert not other.training
@@ -110,9 +110,9 @@ def test_peers_get_identical_weights_and_compute_the_same_logits(peer):
 
 def test_peers_refuse_what_they_cannot_express():
     with pytest.raises(ValueError):
-        build_peer("torchvision", vitkit.create_model("ViT-B/16", **TINY, classifier="gap"))
+        build_peer("torchvision", vitkit.create_model("ViT-B/16", **TINY_VIT_GRID_CONFIG, classifier="gap"))
     with pytest.raises(ValueError):
-        build_peer("nope", vitkit.create_model("ViT-B/16", **TINY))
+        build_peer("nope", vitkit.create_model("ViT-B/16", **TINY_VIT_GRID_CONFIG))
 
 
 def test_format_table():
@@ -128,7 +128,7 @@ def test_format_table():
 
 def test_peak_memory_sees_the_activations_gradient_checkpointing_saves():
     torch.manual_seed(0)
-    model = vitkit.create_model("ViT-B/16", **{**TINY, "depth": 4, "img_size": 64}).train()
+    model = vitkit.create_model("ViT-B/16", **{**TINY_VIT_GRID_CONFIG, "depth": 4, "img_size": 64}).train()
     x = torch.randn(16, 3, 64, 64)
 
     def step():

@@ -8,17 +8,17 @@ import torch
 
 import vitkit
 from grad_checkpointing import assert_checkpointing_recomputes
+from tiny import TINY_VIT_GRID_CONFIG
 from vitkit.models.posemb import LearnedPositionEmbedding, resample_position_embedding
 from vitkit.models.vit import PatchEmbed
 
-TINY = dict(img_size=32, patch_size=8, hidden_size=48, depth=2, num_heads=3, mlp_dim=96, num_classes=10)
 POS_EMBEDS = ["none", "learned", "learned_2d", "sincos", "relative"]
 
 
 @pytest.fixture
 def tiny(tiny_vit):
     """The shared tiny ViT at this file's size: 32 px in 8x8 patches, width 48 in 3 heads, 10 classes."""
-    return functools.partial(tiny_vit, **TINY)
+    return functools.partial(tiny_vit, **TINY_VIT_GRID_CONFIG)
 
 
 def randomise_head(model):
