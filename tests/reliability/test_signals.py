@@ -177,10 +177,6 @@ def kill_and_resume(out: Path, folder: Path, kills: int, seed: int) -> None:
     assert (out / "report.json").is_file()
 
 
-def test_a_resume_started_at_once_after_sigkill_runs(tmp_path: Path, folder: Path) -> None:
-    kill_and_resume(tmp_path / "run", folder, kills=1, seed=0)
-
-
 @pytest.mark.slow
 def test_immediate_resumes_after_sigkill_all_start(tmp_path: Path, folder: Path) -> None:
     kill_and_resume(tmp_path / "run", folder, kills=IMMEDIATE_RESUMES, seed=1)
