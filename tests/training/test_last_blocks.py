@@ -39,8 +39,8 @@ def weights(tmp_path_factory) -> Path:
     return path
 
 
-def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
-    argv = [
+def last_blocks_command(weights: Path, photos: Path) -> list[str]:
+    return [
         "finetune",
         "--weights",
         str(weights),
@@ -48,6 +48,10 @@ def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
         "photos_last_blocks",
         f"data.source=folder:{photos}",
     ]
+
+
+def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
+    argv = last_blocks_command(weights, photos)
     argv += ["model.img_size=32", "train.precision=fp32", "train.tuned_blocks=1", "--steps", "6"]
     assert cli.main([*argv, "--batch-size", "16", "optim.lr=0.03", "--out", str(out), *extra]) == 0
     return json.loads((out / "report.json").read_text())
@@ -108,13 +112,6 @@ def test_the_saved_vit_is_the_training_forward_with_its_frozen_blocks_unchanged(
 
 @pytest.mark.slow
 def test_more_tuned_blocks_than_the_model_has_is_one_line(weights, photos, tmp_path, capsys):
-    argv = [
-        "finetune",
-        "--weights",
-        str(weights),
-        "--config",
-        "photos_last_blocks",
-        f"data.source=folder:{photos}",
-    ]
+    argv = last_blocks_command(weights, photos)
     assert cli.main([*argv, "model.img_size=32", "train.tuned_blocks=4", "--out", str(tmp_path / "run")]) == 2
     assert "train.tuned_blocks is 4 but the model has 3 blocks" in capsys.readouterr().err
