@@ -60,9 +60,9 @@ def train(
     over it into `out` (default runs/<recipe>-<time>); returns report.json. `epochs` sets the length in passes over
     the training images instead of train.steps. `resume=True` continues the run in `out` with its saved recipe."""
     request = RecipeRequest(
-        "train", recipe, section_settings(sections), None, epochs, resume, out, print_config
+        "train", recipe, section_settings(sections), None, epochs, resume, out, print_config, quiet
     )
-    return _run(request, quiet, sections)
+    return _run(request, sections)
 
 
 def finetune(
@@ -83,33 +83,31 @@ def finetune(
     (configs/photos_last_blocks.toml) the last blocks and a head on cached tokens (vitkit.training.last_blocks).
     Returns report.json."""
     request = RecipeRequest(
-        "finetune", recipe, section_settings(sections), str(weights), epochs, resume, out, print_config
+        "finetune", recipe, section_settings(sections), str(weights), epochs, resume, out, print_config, quiet
     )
-    return _run(request, quiet, sections)
+    return _run(request, sections)
 
 
-def _run(request: RecipeRequest, quiet: bool, sections: dict[str, Any]) -> dict[str, Any]:
-    config = resolve_recipe(request, say=None if quiet else print)
+def _run(request: RecipeRequest, sections: dict[str, Any]) -> dict[str, Any]:
+    config = resolve_recipe(request)
     call = f"vitkit.{request.command}({', '.join(_arguments(request, sections))})"
-    return run_resolved(request, config, command=[call], quiet=quiet)
+    return run_resolved(request, config, command=[call])
 
 
-def run_resolved(
-    request: RecipeRequest, config: RunConfig, *, command: list[str], quiet: bool = False
-) -> dict[str, Any]:
+def run_resolved(request: RecipeRequest, config: RunConfig, *, command: list[str]) -> dict[str, Any]:
     """Run `config`, resolved from `request`, as both front ends do: with `print_config` print the annotated
     recipe and return it as {"config": text}; with `train.processes` N > 1 (and no launcher around this
     process) start N processes on this machine, as `torchrun --standalone --nproc_per_node N` would, each running
     the request's command line; else train here. Returns report.json ({} in processes other than rank 0).
-    `command` is what started the run, for run.json."""
+    `command` is what started the run, for run.json (the processes' too)."""
     if request.print_config:
         text = annotated_toml(config)
         print(text, end="")
         return {"config": text}
     run_dir = request.run_dir()
     if starts_processes(config):
-        return _in_processes(request, config, run_dir)
-    return run_training(config, run_dir, resume=request.resume, command=command, quiet=quiet)
+        return _in_processes(request, config, run_dir, command)
+    return run_training(config, run_dir, resume=request.resume, command=command, quiet=request.quiet)
 
 
 def starts_processes(config: RunConfig) -> bool:
@@ -117,16 +115,20 @@ def starts_processes(config: RunConfig) -> bool:
     return config.train.processes > 1 and launched_world_size() == 1
 
 
-def _in_processes(request: RecipeRequest, config: RunConfig, run_dir: Path) -> dict[str, Any]:
+def _in_processes(
+    request: RecipeRequest, config: RunConfig, run_dir: Path, command: list[str]
+) -> dict[str, Any]:
     """report.json of the run that `train.processes` processes of `vitkit <the request>` train into `run_dir`; a
-    RunConfig recipe goes to them as a TOML file. A failed process is ProcessesFailed."""
+    RunConfig recipe goes to them as a TOML file, `command` (what started them) to run.json. A failed process is
+    ProcessesFailed."""
     check_gpus_per_process(resolve_device(config.train.device), config.train.processes)
     with tempfile.TemporaryDirectory(prefix="vitkit-recipe-") as folder:
         if isinstance(request.recipe, RunConfig):
             path = Path(folder) / "recipe.toml"
             path.write_text(request.recipe.to_toml())
             request = dataclasses.replace(request, recipe=path)
-        code = launch_processes(config.train.processes, config.train.threads, request.command_line(run_dir))
+        argv = request.command_line(run_dir)
+        code = launch_processes(config.train.processes, config.train.threads, argv, started_by=command)
     if code:
         raise ProcessesFailed(code)
     return json.loads((run_dir / "report.json").read_text())
@@ -153,6 +155,12 @@ def _arguments(request: RecipeRequest, sections: dict[str, Any]) -> list[str]:
     given = [repr(request.weights)] if request.weights is not None else []
     given += [repr(str(recipe))] if isinstance(recipe, (str, os.PathLike)) else []
     given += ["<RunConfig>"] if isinstance(recipe, RunConfig) else []
-    named = {"out": request.out, "epochs": request.epochs, "resume": request.resume or None, **sections}
+    named = {
+        "out": request.out,
+        "epochs": request.epochs,
+        "resume": request.resume or None,
+        "quiet": request.quiet or None,
+        **sections,
+    }
     given += [f"{key}={value!r}" for key, value in named.items() if value is not None]
     return given

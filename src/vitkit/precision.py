@@ -90,12 +90,12 @@ class Precision:
 
     @contextlib.contextmanager
     def inference(self, model: nn.Module, compile: bool = False) -> Iterator[nn.Module]:
-        """The context for inference of `model` in this precision: autocast around `held`."""
-        with self.autocast(), self.held(model, compile) as m:
+        """The context for inference of `model` in this precision: autocast around `weights_held`."""
+        with self.autocast(), self.weights_held(model, compile) as m:
             yield m
 
     @contextlib.contextmanager
-    def held(self, model: nn.Module, compile: bool = False) -> Iterator[nn.Module]:
+    def weights_held(self, model: nn.Module, compile: bool = False) -> Iterator[nn.Module]:
         """`model`'s weights held in bf16 for the block (`weights_in`), without autocast, which the caller takes
         from this precision itself (vitkit.evaluate); it yields the module to call, compiled for inference with
         `compile` (`compiled_for_inference`)."""

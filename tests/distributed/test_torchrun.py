@@ -112,8 +112,9 @@ def test_train_processes_starts_the_ranks_itself(runs, tmp_path, tiny_recipe, mo
     assert "processes = 2" in (run / "config.toml").read_text()
 
 
-def test_train_processes_from_python_start_the_ranks_too(runs, tmp_path, tiny_recipe, monkeypatch):
-    """vitkit.train(train={"processes": 2}) starts the ranks as the command line does: the torchrun run again."""
+def test_train_processes_from_python_start_the_ranks_too(runs, tmp_path, tiny_recipe, monkeypatch, capfd):
+    """vitkit.train(train={"processes": 2}) starts the ranks as the command line does: the torchrun run again,
+    quiet as asked, with the call in run.json."""
     _, ddp, _ = runs
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)
@@ -121,6 +122,9 @@ def test_train_processes_from_python_start_the_ranks_too(runs, tmp_path, tiny_re
     report = vitkit.train(out=tmp_path / "run", quiet=True, **api_sections([*settings, "train.processes=2"]))
     assert report["world_size"] == 2
     assert losses(tmp_path / "run") == pytest.approx(losses(ddp), rel=1e-6)
+    assert capfd.readouterr().out == ""
+    command = json.loads((tmp_path / "run" / "run.json").read_text())["starts"][0]["command"]
+    assert command[0].startswith("vitkit.train(out=") and "quiet=True" in command[0]
 
 
 def test_train_processes_reports_a_failed_rank_in_one_line(tmp_path, tiny_recipe, monkeypatch, capfd):

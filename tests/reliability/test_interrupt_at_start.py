@@ -52,12 +52,15 @@ def interrupt(command: list[str], after: float, tmp_path: Path) -> tuple[int, st
 
 
 def check(command: list[str], moments: list[float], tmp_path: Path) -> None:
-    """At the first moment the command is importing torch: interrupted. Later ones may find it done (exit 0)."""
+    """At the first moment the command is importing torch: interrupted. Later ones may find it done (exit 0).
+    Each moment starts in a directory of its own: a run interrupted once under way holds its `--out`."""
     for after in moments:
-        status, err = interrupt(command, after, tmp_path)
+        directory = tmp_path / f"at_{after}s"
+        directory.mkdir()
+        status, err = interrupt(command, after, directory)
         interrupted = (130, f"vitkit {command[0]}: interrupted\n")
         # A run that had finished may take the signal in the interpreter's teardown, after vitkit's handlers.
-        finished = (tmp_path / "run" / "report.json").is_file() and (status, err) in ((0, ""), (130, ""))
+        finished = (directory / "run" / "report.json").is_file() and (status, err) in ((0, ""), (130, ""))
         assert (
             (status, err) == interrupted or (after > 0 and status == 0 and "Traceback" not in err) or finished
         ), f"SIGINT {after} s into importing torch: exit status {status}, stderr {err!r}"

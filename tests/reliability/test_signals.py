@@ -29,7 +29,7 @@ HANG_SECONDS = 60  # the interpreter's own teardown after the run stopped, on a 
 START_SECONDS = 60  # a process start-up (imports, data, model) on a loaded machine
 LEFTOVER_SECONDS = 10  # for the last worker process to be gone once the main process exited
 INTERRUPTED = "vitkit train: interrupted"
-RANDOM_POINTS = 8  # per signal and target, 32 runs in all: CI time
+RANDOM_POINTS = 6  # per signal and target, 24 runs in all: CI time
 IMMEDIATE_RESUMES = 6
 
 

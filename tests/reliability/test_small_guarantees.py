@@ -122,6 +122,12 @@ def test_quiet_training_in_python_prints_nothing(quiet_run) -> None:
     assert printed == "" and (run / "report.json").is_file() and (run / "metrics.jsonl").read_text()
 
 
+def test_quiet_training_on_the_command_line_prints_nothing(tmp_path, capfd) -> None:
+    settings = [*TINY_RECIPE, "train.steps=2", "optim.warmup_steps=1"]
+    assert cli.main(["train", "--quiet", "--out", str(tmp_path / "run"), *settings]) == 0
+    assert capfd.readouterr() == ("", "") and (tmp_path / "run" / "report.json").is_file()
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [
@@ -138,12 +144,13 @@ def test_bad_evaluate_arguments_are_one_line_errors_naming_them(quiet_run, argum
 
 def test_processes_start_alike_from_python_and_the_command_line(tmp_path, monkeypatch) -> None:
     """train.processes=2 from vitkit.train() starts 2 processes as `vitkit train` does: the launcher gets the same
-    count, threads and a command line that resolves to the same recipe; a failed process is the command's exit
-    code, and ProcessesFailed from Python."""
-    launched = []
+    count, threads and a command line that resolves to the same recipe, quiet when the call is, and what started
+    them for run.json; a failed process is the command's exit code, and ProcessesFailed from Python."""
+    launched, started = [], []
 
-    def launcher(processes: int, threads: int, argv: list[str]) -> int:
-        launched.append((processes, threads, resolve(argv).to_dict()))
+    def launcher(processes: int, threads: int, argv: list[str], started_by: list[str]) -> int:
+        launched.append((processes, threads, resolve([word for word in argv if word != "--quiet"]).to_dict()))
+        started.append((started_by, "--quiet" in argv))
         return 3
 
     monkeypatch.setattr("vitkit.api.launch_processes", launcher)
@@ -153,4 +160,6 @@ def test_processes_start_alike_from_python_and_the_command_line(tmp_path, monkey
     with pytest.raises(ProcessesFailed, match="status 3"):
         vitkit.train(out=tmp_path / "cli", quiet=True, **api_sections(settings))
     assert len(launched) == 2 and launched[0] == launched[1] and launched[0][:2] == (2, 1)
+    assert started[0] == (["vitkit", "train", "--out", str(tmp_path / "cli"), *settings], False)
+    assert started[1][0][0].startswith("vitkit.train(out=") and started[1][1]
     assert not (tmp_path / "cli").exists()

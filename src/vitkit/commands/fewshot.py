@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
         precision=precision,
     )
     start = time.perf_counter()
-    with precision.held(model):
+    with precision.weights_held(model):
         report = evaluator.evaluate(model)
     total = time.perf_counter() - start
     report = {

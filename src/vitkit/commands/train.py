@@ -24,7 +24,15 @@ def request_from(args: argparse.Namespace, command: str, weights: str | None = N
     section.field=value overrides, in the order given."""
     settings = [*_flags(args).items(), *(parse_override(item) for item in args.overrides)]
     return RecipeRequest(
-        command, args.config, settings, weights, args.epochs, args.resume, args.out, args.print_config
+        command,
+        args.config,
+        settings,
+        weights,
+        args.epochs,
+        args.resume,
+        args.out,
+        args.print_config,
+        args.quiet,
     )
 
 
@@ -37,7 +45,7 @@ def train_request(args: argparse.Namespace, request: RecipeRequest) -> int:
         report = run_resolved(request, config, command=["vitkit", *args.argv])
     except ProcessesFailed as failed:  # its error message is on stderr already
         return failed.exit_code
-    if not report or request.print_config or starts_processes(config):
+    if not report or request.print_config or request.quiet or starts_processes(config):
         return 0  # ranks other than 0, and the processes' rank 0, print nothing more
     work = (
         f"{report['train_images']} training images"

@@ -104,7 +104,7 @@ def evaluate_weights(
     model = load_weights(weights).to(resolve_device(device))
     names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.description}")
     chosen = inference_precision(precision, model, batch_size, images=len(dataset))
-    with chosen.held(model, compile) as forward:
+    with chosen.weights_held(model, compile) as forward:
         result = evaluate_model(forward, dataset, batch_size=batch_size, precision=chosen)
     report: dict[str, Any] = {
         "weights": str(weights),

@@ -53,7 +53,8 @@ class RecipeRequest:
 
     `command` picks the base recipe under `recipe` (train: the RunConfig defaults; finetune: the paper's
     fine-tuning, `weights` fixed as model.weights); `settings` are (section.field, value) pairs applied in order;
-    `epochs` sets the run length in passes over the training images; `resume` continues the run in `out`.
+    `epochs` sets the run length in passes over the training images; `resume` continues the run in `out`;
+    `quiet` prints nothing but errors.
     """
 
     command: str = "train"
@@ -64,6 +65,7 @@ class RecipeRequest:
     resume: bool = False
     out: str | os.PathLike | None = None
     print_config: bool = False
+    quiet: bool = False
 
     def run_dir(self) -> Path:
         """`out`, or runs/<recipe>-<time> for a new run."""
@@ -84,14 +86,15 @@ class RecipeRequest:
         words += ["--config", os.fspath(self.recipe)] if self.recipe is not None else []
         words += ["--epochs", repr(self.epochs)] if self.epochs is not None else []
         words += ["--resume"] if self.resume else []
+        words += ["--quiet"] if self.quiet else []
         return words + [f"{key}={toml_value(value)}" for key, value in self.settings]
 
 
-def resolve_recipe(request: RecipeRequest, say: Say | None = print) -> RunConfig:
-    """The validated RunConfig of `request`; `say` (None: quiet) tells what was adapted and which model trains,
-    except when the request prints the recipe itself, and in the processes a launcher started (WORLD_SIZE > 1):
-    the command that started them has said it."""
-    if say is None or request.print_config or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+def resolve_recipe(request: RecipeRequest, say: Say = print) -> RunConfig:
+    """The validated RunConfig of `request`; `say` tells what was adapted and which model trains, except when the
+    request is quiet or prints the recipe itself, and in the processes a launcher started (WORLD_SIZE > 1): the
+    command that started them has said it."""
+    if request.quiet or request.print_config or int(os.environ.get("WORLD_SIZE", "1")) > 1:
         say = _silent
     if request.resume:
         return _resumed(request, say)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from vitkit.collectives import world
 from vitkit.models.registry import Trainable, build_model
 from vitkit.recipe.run_config import STRATEGIES  # ("auto", "ddp", "fsdp")
 from vitkit.training.objectives import Forward
+from vitkit.training.provenance import STARTED_BY
 
 
 def launched_world_size() -> int:
@@ -38,9 +40,10 @@ def launched_world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
 
 
-def launch_processes(processes: int, threads: int, argv: list[str]) -> int:
+def launch_processes(processes: int, threads: int, argv: list[str], started_by: list[str]) -> int:
     """`vitkit <argv>` in `processes` local processes, as `torchrun --standalone --nproc_per_node N` runs it
-    (train.processes), through torch's elastic launcher; each process uses `threads` intra-op threads (1 for 0).
+    (train.processes), through torch's elastic launcher; each process uses `threads` intra-op threads (1 for 0)
+    and records `started_by` (the command or call that started them) as its run's command (STARTED_BY).
     Returns 0, or the first failed process's exit code (its own error message is already on stderr)."""
     import uuid
 
@@ -57,7 +60,8 @@ def launch_processes(processes: int, threads: int, argv: list[str]) -> int:
         max_restarts=0,  # torchrun --standalone
     )
     try:
-        with environment(OMP_NUM_THREADS=str(threads or 1)):  # inherited by the workers, as torchrun sets it
+        # inherited by the workers; OMP_NUM_THREADS as torchrun sets it
+        with environment(OMP_NUM_THREADS=str(threads or 1), **{STARTED_BY: json.dumps(started_by)}):
             elastic_launch(config, sys.executable)("-m", "vitkit.cli", *argv)
     except ChildFailedError as error:
         failure = error.get_first_failure()[1]

@@ -7,6 +7,7 @@ traced to the software and machine that made it; report.json repeats the last st
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -20,6 +21,9 @@ from vitkit.device import cpu_model
 from vitkit.storage import atomic_write_text
 
 RUN_NAME = "run.json"
+# What started the processes of `train.processes` (a command line or a Python call, as JSON), set by
+# vitkit.training.distributed.launch_processes: each records that, not the command line it was given.
+STARTED_BY = "VITKIT_STARTED_BY"
 
 
 def device_name(device: torch.device) -> str:
@@ -28,7 +32,10 @@ def device_name(device: torch.device) -> str:
 
 
 def start_record(device: torch.device, command: list[str] | None) -> dict[str, Any]:
-    """This start of a run: versions, device, and the command line (or Python call) that made it."""
+    """This start of a run: versions, device, and the command line (or Python call) that made it: `command`,
+    or what started this process's launcher (STARTED_BY), or this process's own command line."""
+    if STARTED_BY in os.environ:
+        command = json.loads(os.environ[STARTED_BY])
     return {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "vitkit": vitkit.__version__,

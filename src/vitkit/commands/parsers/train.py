@@ -38,5 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="print the resolved recipe (every field: value, default, help) as TOML, and train nothing",
     )
     parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors (the run directory's metrics.jsonl and report.json hold the log and result)",
+    )
+    parser.add_argument(
         "overrides", nargs="*", metavar="section.field=value", help="e.g. optim.lr=1e-3 model.dropout=0"
     )
