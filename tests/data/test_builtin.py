@@ -11,6 +11,7 @@ import pytest
 import torch
 from torchvision.datasets.mnist import read_image_file, read_label_file
 
+from vitkit.cache import CACHE_ENV
 from vitkit.data import builtin, load_dataset
 from vitkit.data.builtin import EMBEDDED_DIR, read_cifar_bin, read_idx, write_idx
 
@@ -22,7 +23,7 @@ def isolated(monkeypatch, tmp_path):
     """No user data dirs, no system copy, an empty cache, no network: each test sets what it needs."""
     monkeypatch.delenv("VITKIT_DATA", raising=False)
     monkeypatch.delenv("VITKIT_EMBEDDED", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(builtin, "SYSTEM_FASHION_DIR", tmp_path / "no-system-copy")
     monkeypatch.setattr(builtin, "_online", lambda url: False)
 
@@ -148,7 +149,7 @@ def test_full_required_offline_lists_places_and_how_to_get_it(tmp_path):
     for place in (
         tmp_path / "here",
         builtin.SYSTEM_FASHION_DIR,
-        tmp_path / "cache" / "vitkit" / "fashion-mnist",
+        tmp_path / "cache" / "fashion-mnist",  # vitkit's cache directory, as for weights and indexes
     ):
         assert str(place) in message
     assert "apt-get install dataset-fashion-mnist" in message and "--data-dir" in message
@@ -223,7 +224,7 @@ def test_missing_cifar_lists_every_place(tmp_path, monkeypatch):
     for place in (
         "arg/cifar-10-batches-bin",
         "env/cifar-10-batches-bin",
-        "cache/vitkit/cifar-10-batches-bin",
+        "cache/cifar-10-batches-bin",
     ):
         assert str(tmp_path / place) in message
     assert "cifar-10-binary.tar.gz" in message and "--data-dir" in message

@@ -56,6 +56,9 @@ def finish(process: subprocess.Popen, wait: float = WAIT) -> tuple[int, str]:
     try:
         output, _ = process.communicate(timeout=wait)
     except subprocess.TimeoutExpired:
+        # torchrun starts each training process in a session of its own: stopped one by one, then the agent's group
+        for worker in filter(None, (_worker_pid(process.pid, rank) for rank in (0, 1))):
+            os.kill(worker, signal.SIGKILL)
         os.killpg(process.pid, signal.SIGKILL)
         output, _ = process.communicate()
     return process.returncode, output

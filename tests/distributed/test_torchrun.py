@@ -199,7 +199,7 @@ def test_a_killed_rank_recovers_under_max_restarts(tmp_path, tiny_recipe):
     assert pid is not None and not (run / "final").exists(), "the run ended before the kill; make it longer"
     os.kill(pid, signal.SIGKILL)
     try:
-        output, _ = process.communicate(timeout=120)
+        output, _ = process.communicate(timeout=wait)  # a restart starts two workers again
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()

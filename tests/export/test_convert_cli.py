@@ -43,7 +43,7 @@ def test_onnx_options_are_refused_for_other_targets(weights: Path, tmp_path: Pat
 
 
 @pytest.mark.slow
-def test_int8_onnx_with_accuracy_on_fashion_mnist(tmp_path: Path, capsys, tiny_vit) -> None:
+def test_int8_onnx_with_accuracy_on_fashion_mnist(tmp_path: Path, capsys, tiny_vit, embedded_data) -> None:
     model = tiny_vit(img_size=28, patch_size=7, in_chans=1, num_classes=10)
     weights = model.save_pretrained(tmp_path / "weights")
     dst = tmp_path / "model.onnx"

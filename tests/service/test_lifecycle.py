@@ -99,13 +99,14 @@ def test_sigterm_under_load_answers_every_request_in_progress_and_exits_within_1
         stop = threading.Event()
 
         def client(seed: int) -> None:
+            body = photo(seed)
             with requests.Session() as session:
                 while not stop.is_set():
                     sent = time.monotonic()
                     try:
                         status: int | str = session.post(
                             f"{server.url}/predict",
-                            data=photo(seed),
+                            data=body,
                             headers={"Content-Type": "image/png"},
                             timeout=TIMEOUT,
                         ).status_code
@@ -127,7 +128,9 @@ def test_sigterm_under_load_answers_every_request_in_progress_and_exits_within_1
         for thread in clients:
             thread.join(TIMEOUT)
     assert code == 0 and exited < 10
-    before = [status for sent, _, status in outcomes if sent < terminated - 0.05]
+    # Sent half a second before SIGTERM: read by the server by then, even with 8 client threads on a loaded CPU
+    # (one not read yet is an idle connection to uvicorn's shutdown, closed unanswered).
+    before = [status for sent, _, status in outcomes if sent < terminated - 0.5]
     assert len(before) > 8 and all(status == 200 for status in before), before
     assert all(status in (200, "ConnectionError") for _, _, status in outcomes)
     time.sleep(0.2)  # the stderr reader thread takes the last lines

@@ -13,6 +13,8 @@ import pytest
 import torch
 from torch import nn
 
+from vitkit.cache import CACHE_ENV
+
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
 
 
@@ -158,7 +160,9 @@ class _FileHandler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def file_server():
+def file_server(monkeypatch, tmp_path):
+    """A new server with a new cache: the cache names files by URL, and a port is reused by later servers."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
     server = FileServer()
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()

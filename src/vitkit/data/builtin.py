@@ -21,10 +21,12 @@ from urllib.parse import urlparse
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from torchvision.datasets import FashionMNIST
+from vitkit.cache import cache_dir
 
 from .in_memory import ImageDataset
+
+if TYPE_CHECKING:
+    from torchvision.datasets import FashionMNIST
 
 SPLITS = ("train", "test")
 SUBSETS = ("auto", "full", "embedded")
@@ -175,17 +177,12 @@ def _user_dirs(data_dir: str | Path | None) -> list[Path]:
     return dirs
 
 
-def cache_dir() -> Path:
-    """Where downloads go when no data_dir is given: $XDG_CACHE_HOME/vitkit or ~/.cache/vitkit."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")).expanduser() / "vitkit"
-
-
 def fashion_mnist_places(data_dir: str | Path | None) -> list[Path]:
     """Directories searched, in order; each user dir also as dir/fashion-mnist and torchvision's layout."""
     places = []
     for base in _user_dirs(data_dir):
         places += [base, base / "fashion-mnist", base / "FashionMNIST" / "raw"]
-    return places + [SYSTEM_FASHION_DIR, cache_dir() / "fashion-mnist"]
+    return places + [SYSTEM_FASHION_DIR, cache_dir("fashion-mnist")]
 
 
 def _online(url: str) -> bool:
@@ -240,7 +237,7 @@ def load_fashion_mnist(
                 classes,
                 f"Fashion-MNIST {split}, full set ({len(labels)} images) from {place}",
             )
-    target = Path(data_dir).expanduser() if data_dir else cache_dir() / "fashion-mnist"
+    target = Path(data_dir).expanduser() if data_dir else cache_dir("fashion-mnist")
     looked = ", ".join(str(p) for p in places)
     reason = "offline"
     if _online(fashion_mnist().mirrors[0]):
