@@ -67,7 +67,7 @@ def test_tuning_moves_only_the_last_blocks_and_the_forward_continues_from_their_
     before = {k: v.clone() for k, v in model.state_dict().items()}
     config = RunConfig()
     config.train.steps, config.train.batch_size, config.optim.warmup_steps = 3, 4, 0
-    fit = SimpleNamespace(config=config, model=model, device=torch.device("cpu"))
+    fit = SimpleNamespace(config=config, model=model, device=torch.device("cpu"), say=print)
     fit.features = {"train": (tokens.numpy(), labels.numpy())}
     losses = train_tuned(cast(FrozenFit, fit), 2)
     assert len(losses) == 3 and all(np.isfinite(losses))
@@ -115,3 +115,8 @@ def test_more_tuned_blocks_than_the_model_has_is_one_line(weights, photos, tmp_p
     argv = last_blocks_command(weights, photos)
     assert cli.main([*argv, "model.img_size=32", "train.tuned_blocks=4", "--out", str(tmp_path / "run")]) == 2
     assert "train.tuned_blocks is 4 but the model has 3 blocks" in capsys.readouterr().err
+
+
+def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd):
+    report = fit(weights, photos, tmp_path / "run", "--quiet")
+    assert capfd.readouterr() == ("", "") and report["fit"] == "last_blocks"

@@ -200,3 +200,8 @@ def test_the_fast_path_prints_as_every_batch_of_features_is_computed(weights, ph
     times = [first] + [t for t, _ in stamped if t >= first]
     assert len(times) > 11, stamped  # 60 + 20 images in batches of 8: a line for each of 10 batches at least
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 1.0 + 6, stamped  # a loaded CPU
+
+
+def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd):
+    report = fit(weights, photos, tmp_path / "run", "--quiet")
+    assert capfd.readouterr() == ("", "") and report["fit"] == "linear"

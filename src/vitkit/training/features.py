@@ -150,25 +150,30 @@ def split_features(
     batch_size: int,
     what: str,
     compute: Callable[[torch.nn.Module, torch.Tensor], torch.Tensor] = pre_logits,
+    shown: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """(features float32 [n, ...], their labels [n], the unreadable images left out) of `source`'s images: those
     in `store` read from it, the others computed by `compute(model, images)` (the pre-logits vectors) in eval
-    mode under `precision`, with the evaluation's preprocessing, a progress bar on stderr, and added to the
-    store."""
+    mode under `precision`, with the evaluation's preprocessing, and added to the store; `shown`: a line and a
+    progress bar on stderr say so."""
     keys = image_keys(source)
     missing = [index for index, key in enumerate(keys) if key not in store]
-    print(
-        f"{what}: {len(keys)} images, {len(keys) - len(missing)} features cached, {len(missing)} to compute "
-        f"({precision.name})",
-        flush=True,
-    )
+    if shown:
+        print(
+            f"{what}: {len(keys)} images, {len(keys) - len(missing)} features cached, {len(missing)} to compute "
+            f"({precision.name})",
+            flush=True,
+        )
     skipped: list[str] = []
     if missing:
         config = model.config
         chunks = list(torch.tensor(missing, dtype=torch.int64).split(batch_size))
         batches = eval_batches(source, chunks, to_pair(config.img_size), config.in_chans, precision.device)
         progress = tqdm(
-            total=len(missing), unit="image", file=sys.stderr, disable=len(missing) <= PROGRESS_MIN
+            total=len(missing),
+            unit="image",
+            file=sys.stderr,
+            disable=not shown or len(missing) <= PROGRESS_MIN,
         )
         with progress, eval_mode(model), precision.inference(model) as forward:
             for batch in batches:

@@ -50,11 +50,18 @@ class FrozenFit:
     computed: int = 0
     feature_seconds: float = 0.0
     clock: float = field(default_factory=time.perf_counter)  # as the engine's: from data and model built
+    quiet: bool = False  # no lines, no progress bars
+
+    def say(self, line: str) -> None:
+        """A line of the fit's log on stdout, unless it is quiet."""
+        if not self.quiet:
+            print(line, flush=True)
 
 
-def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str) -> FrozenFit:
+def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quiet: bool) -> FrozenFit:
     """The new run directory (never over another), the data (indexable: images keyed by index) and the model
-    from the recipe's weights with a zero-initialised head for the data's classes; a line says what runs."""
+    from the recipe's weights with a zero-initialised head for the data's classes; a line says what runs
+    (`quiet`: this and every other line of the fit left out)."""
     train = config.train
     open_run_dir(run_dir, lock, resume=False)
     device = resolve_device(train.device)
@@ -69,13 +76,13 @@ def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str) -> F
     )  # a classifier: the model itself
     precision = inference_precision(train.precision, model, train.eval_batch())
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
-    print(
+    fit = FrozenFit(config, run_dir, device, data, classes, model, precision, quiet=quiet)
+    fit.say(
         f"{what}: {config.model.weights} ({count_parameters(model) / 1e6:.2f}M parameters at {size}), "
         f"{len(classes)} classes; data {data.train.description}; device {device}; precision {precision}; "
-        f"run directory {run_dir}",
-        flush=True,
+        f"run directory {run_dir}"
     )
-    return FrozenFit(config, run_dir, device, data, classes, model, precision)
+    return fit
 
 
 def cache_features(
@@ -94,7 +101,7 @@ def cache_features(
     for name, source in splits.items():
         batch = fit.config.train.eval_batch()
         x, y, lost = split_features(
-            fit.model, source, store, fit.precision, batch, f"{name} features", compute
+            fit.model, source, store, fit.precision, batch, f"{name} features", compute, shown=not fit.quiet
         )
         fit.features[name], fit.skipped = (x, y), fit.skipped + lost
         store.save()  # what is computed is kept, also when a later split fails

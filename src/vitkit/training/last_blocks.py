@@ -33,12 +33,14 @@ from vitkit.training.rundir import RunDirLock
 LOG_SECONDS = 10.0  # a progress line at least this often
 
 
-def fit_last_blocks(config: RunConfig, run_dir: Path, command: list[str] | None = None) -> dict[str, Any]:
+def fit_last_blocks(
+    config: RunConfig, run_dir: Path, command: list[str] | None = None, quiet: bool = False
+) -> dict[str, Any]:
     """Tune the last blocks and head of `config` (train.fit='last_blocks') into a new run directory `run_dir`;
-    returns report.json."""
+    returns report.json. `quiet` prints nothing."""
     lock = RunDirLock(run_dir)
     try:
-        return _fit(config.validate(), run_dir, lock, command)
+        return _fit(config.validate(), run_dir, lock, command, quiet)
     finally:
         lock.release()
 
@@ -66,9 +68,12 @@ def freeze_all_but(model: VisionTransformer, first: int) -> list[nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
+def _fit(
+    config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None, quiet: bool
+) -> dict[str, Any]:
     train = config.train
-    fit = open_fit(config, run_dir, lock, f"last {train.tuned_blocks} block(s) and a head on frozen tokens")
+    what = f"last {train.tuned_blocks} block(s) and a head on frozen tokens"
+    fit = open_fit(config, run_dir, lock, what, quiet)
     if not isinstance(fit.model, VisionTransformer):
         raise ValueError(f"{config.model.weights}: train.fit='last_blocks' tunes a ViT's blocks")
     model = fit.model
@@ -86,10 +91,7 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
         if on
     ]
     if augmented:
-        print(
-            f"{', '.join(augmented)}: not applied; cached tokens are each image as evaluation sees it",
-            flush=True,
-        )
+        fit.say(f"{', '.join(augmented)}: not applied; cached tokens are each image as evaluation sees it")
     cache_features(
         fit, lambda m, x: cast(VisionTransformer, m).tokens_entering(x, first), tokens_entering=first
     )
@@ -146,6 +148,6 @@ def train_tuned(fit: FrozenFit, first: int) -> list[float]:
         losses.append(float(loss.detach()))
         now = time.perf_counter()
         if step + 1 == train.steps or (step + 1) % train.log_every == 0 or now - logged >= LOG_SECONDS:
-            print(f"step {step + 1}/{train.steps}  loss {losses[-1]:.4f}", flush=True)
+            fit.say(f"step {step + 1}/{train.steps}  loss {losses[-1]:.4f}")
             logged = now
     return losses

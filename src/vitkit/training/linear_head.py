@@ -65,18 +65,23 @@ def set_head(model: Model, a: np.ndarray, b: np.ndarray) -> None:
         head.bias.copy_(torch.from_numpy(b.astype(np.float32)))
 
 
-def fit_linear(config: RunConfig, run_dir: Path, command: list[str] | None = None) -> dict[str, Any]:
-    """Fit the head of `config` (train.fit='linear') into a new run directory `run_dir`; returns report.json."""
+def fit_linear(
+    config: RunConfig, run_dir: Path, command: list[str] | None = None, quiet: bool = False
+) -> dict[str, Any]:
+    """Fit the head of `config` (train.fit='linear') into a new run directory `run_dir`; returns report.json.
+    `quiet` prints nothing."""
     lock = RunDirLock(run_dir)
     try:
-        return _fit(config.validate(), run_dir, lock, command)
+        return _fit(config.validate(), run_dir, lock, command, quiet)
     finally:
         lock.release()
 
 
-def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None) -> dict[str, Any]:
+def _fit(
+    config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None, quiet: bool
+) -> dict[str, Any]:
     train = config.train
-    fit = open_fit(config, run_dir, lock, "linear head on frozen features")
+    fit = open_fit(config, run_dir, lock, "linear head on frozen features", quiet)
     cache_features(fit)
     x, y = fit.features["train"]
     start = time.perf_counter()
@@ -84,10 +89,9 @@ def _fit(config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] 
     l2 = chosen_l2(validated)
     a, b = precompute(x, y, len(fit.classes)).affine(l2)
     solve_seconds = time.perf_counter() - start
-    print(
+    fit.say(
         f"l2 {l2:g}: {100 * validated[l2]:.2f}% on held-out training images ({FOLDS}-fold); "
-        + ", ".join(f"{v:g}: {100 * acc:.1f}%" for v, acc in validated.items()),
-        flush=True,
+        + ", ".join(f"{v:g}: {100 * acc:.1f}%" for v, acc in validated.items())
     )
     set_head(fit.model, a, b)
     evaluations, confusion = evaluate_scores(fit, lambda xs: xs.astype(np.float64) @ a + b)

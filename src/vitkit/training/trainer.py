@@ -73,7 +73,7 @@ def run_training(
                 f"train.fit={config.train.fit!r} has no steps to resume: fit again into a new --out (the "
                 "features are cached)"
             )
-        return frozen(config, Path(run_dir), command)
+        return frozen(config, Path(run_dir), command, quiet)
     with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 when the run directory opens, released however it ends
