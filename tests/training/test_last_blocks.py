@@ -17,7 +17,7 @@ from image_collections import write_folder
 from vitkit import cli
 from vitkit.data import FolderSource
 from vitkit.data.transforms import eval_transform
-from vitkit.precision import inference_precision
+from vitkit.precision import Precision, inference_precision
 from vitkit.recipe.run_config import RunConfig
 from vitkit.training.features import FeatureStore, image_keys, store_path
 from vitkit.training.frozen_fit import FrozenFit
@@ -57,7 +57,9 @@ def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
-def test_tuning_moves_only_the_last_blocks_and_the_forward_continues_from_their_tokens():
+def tuned(precision: str) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(losses, weights before, weights after) of 3 steps tuning the last of 3 blocks of a small ViT in
+    `precision`, on cached tokens of random images (the model's own forward from them checked first)."""
     torch.manual_seed(0)
     model = vitkit.create_model("ViT-Ti/16", **{**SMALL, "num_classes": 3}).eval()
     images, labels = torch.randn(8, 3, 32, 32), torch.arange(8) % 3
@@ -67,14 +69,28 @@ def test_tuning_moves_only_the_last_blocks_and_the_forward_continues_from_their_
     before = {k: v.clone() for k, v in model.state_dict().items()}
     config = RunConfig()
     config.train.steps, config.train.batch_size, config.optim.warmup_steps = 3, 4, 0
-    fit = SimpleNamespace(config=config, model=model, device=torch.device("cpu"), say=print)
+    cpu = torch.device("cpu")
+    fit = SimpleNamespace(
+        config=config, model=model, device=cpu, precision=Precision(precision, "", cpu), say=print
+    )
     fit.features = {"train": (tokens.numpy(), labels.numpy())}
     losses = train_tuned(cast(FrozenFit, fit), 2)
+    return losses, before, model.state_dict()
+
+
+def test_tuning_moves_only_the_last_blocks_and_the_forward_continues_from_their_tokens():
+    losses, before, after = tuned("fp32")
     assert len(losses) == 3 and all(np.isfinite(losses))
-    after = model.state_dict()
     moved = {k for k in after if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith(("blocks.2.", "norm.", "head.")) for k in moved), moved
     assert "blocks.2.attn.qkv.weight" in moved and "head.weight" in moved
+
+
+def test_the_tuned_steps_run_in_the_fits_precision():
+    """bf16 autocast where the fit computes in bf16, with float32 weights: losses near float32's, not equal."""
+    fp32, bf16 = tuned("fp32")[0], tuned("bf16")
+    assert bf16[0] != fp32 and bf16[0] == pytest.approx(fp32, abs=0.05)
+    assert all(weight.dtype == torch.float32 for weight in bf16[2].values())
 
 
 @pytest.mark.slow

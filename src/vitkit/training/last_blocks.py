@@ -7,8 +7,9 @@ in the fastest precision with the evaluation's preprocessing and cached like the
 (vitkit.training.features: keyed by the weights, the preprocessing, L - K and each file's identity), so a second
 fit (another lr, more steps, a few more photos) runs only the tuned blocks. The price of the cache: no
 augmentation (random crops, flips, Mixup) can apply to cached tokens; each image is seen as the evaluation sees
-it. The steps are the recipe's (SGD or AdamW, warmup and decay, gradient clipping: vitkit.training.optim) in
-float32 over batches of cached sequences, a line at least every ~10 s. final/ is the whole ViT: the frozen blocks
+it. The steps are the recipe's (SGD or AdamW, warmup and decay, gradient clipping: vitkit.training.optim) over
+batches of cached sequences, in the fit's precision (bf16 autocast where the features are computed in bf16; the
+weights and the loss in float32), a line at least every ~10 s. final/ is the whole ViT: the frozen blocks
 as loaded, the tuned ones and the head; its forward on an image is the training forward on that image's cached
 sequence (`VisionTransformer.encode(z, first=L - K)`).
 """
@@ -103,7 +104,9 @@ def _fit(
     @torch.no_grad()
     def scores(tokens: np.ndarray) -> np.ndarray:
         batches = torch.from_numpy(tokens).split(train.eval_batch())
-        return torch.cat([tuned_logits(model, z.to(fit.device), first).cpu() for z in batches]).numpy()
+        with fit.precision.autocast():
+            logits = [tuned_logits(model, z.to(fit.device), first).float().cpu() for z in batches]
+        return torch.cat(logits).numpy()
 
     evaluations, confusion = evaluate_scores(fit, scores)
     report = {
@@ -138,8 +141,9 @@ def train_tuned(fit: FrozenFit, first: int) -> list[float]:
             batches = list(torch.randperm(len(labels), generator=order).split(batch))
         rows = batches.pop(0)
         set_learning_rate(optimizer, learning_rate(step, train.steps, optim))
-        logits = tuned_logits(model, tokens[rows].to(fit.device), first)
-        loss = classification_loss(logits, labels[rows].to(fit.device), train.loss, train.label_smoothing)
+        with fit.precision.autocast():
+            logits = tuned_logits(model, tokens[rows].to(fit.device), first)
+            loss = classification_loss(logits, labels[rows].to(fit.device), train.loss, train.label_smoothing)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if optim.grad_clip:
