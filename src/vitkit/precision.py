@@ -343,6 +343,10 @@ def inference_precision(
     return choose_precision(precision, device, measure=forward, key=key, what=what, say=say)
 
 
+def say_nothing(line: str) -> None:
+    """A `say` for quiet runs: a measurement goes unannounced."""
+
+
 def training_precision(
     precision: str,
     device: torch.device,

@@ -122,8 +122,9 @@ def test_quiet_training_in_python_prints_nothing(quiet_run) -> None:
     assert printed == "" and (run / "report.json").is_file() and (run / "metrics.jsonl").read_text()
 
 
-def test_quiet_training_on_the_command_line_prints_nothing(tmp_path, capfd) -> None:
-    settings = [*TINY_RECIPE, "train.steps=2", "optim.warmup_steps=1"]
+def test_quiet_training_on_the_command_line_prints_nothing(tmp_path, capfd, measuring_precision) -> None:
+    """Not even the announcement of `auto`'s measurement."""
+    settings = [*TINY_RECIPE, "train.steps=2", "optim.warmup_steps=1", "train.precision=auto"]
     assert cli.main(["train", "--quiet", "--out", str(tmp_path / "run"), *settings]) == 0
     assert capfd.readouterr() == ("", "") and (tmp_path / "run" / "report.json").is_file()
 

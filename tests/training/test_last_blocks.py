@@ -133,6 +133,6 @@ def test_more_tuned_blocks_than_the_model_has_is_one_line(weights, photos, tmp_p
     assert "train.tuned_blocks is 4 but the model has 3 blocks" in capsys.readouterr().err
 
 
-def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd):
-    report = fit(weights, photos, tmp_path / "run", "--quiet")
+def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd, measuring_precision):
+    report = fit(weights, photos, tmp_path / "run", "--quiet", "train.precision=auto")
     assert capfd.readouterr() == ("", "") and report["fit"] == "last_blocks"

@@ -202,6 +202,6 @@ def test_the_fast_path_prints_as_every_batch_of_features_is_computed(weights, ph
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 1.0 + 6, stamped  # a loaded CPU
 
 
-def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd):
-    report = fit(weights, photos, tmp_path / "run", "--quiet")
+def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd, measuring_precision):
+    report = fit(weights, photos, tmp_path / "run", "--quiet", "train.precision=auto")
     assert capfd.readouterr() == ("", "") and report["fit"] == "linear"

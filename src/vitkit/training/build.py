@@ -25,7 +25,7 @@ from vitkit.data import (
 )
 from vitkit.models.config import config_from_dict
 from vitkit.models.registry import Trainable, build_model, create_model
-from vitkit.precision import Precision, autocast, model_signature, training_precision
+from vitkit.precision import Precision, autocast, model_signature, say_nothing, training_precision
 from vitkit.recipe.run_config import DataSection, RunConfig, TrainSection
 from vitkit.storage import CONFIG_NAME, pop_class_names
 from vitkit.training.averaging import ema_model
@@ -114,11 +114,12 @@ def run_precision(
     train_set: Source,
     device: torch.device,
     saved: SavedCheckpoint | None,
+    quiet: bool = False,
 ) -> Precision:
     """train.precision for this run (vitkit.precision): the one the run started with when resuming `saved`,
     else the policy's choice, where `auto` on a CPU with native bf16 units times a forward and backward pass of
-    a micro-batch in both precisions (announced; by rule instead for a large model or a trial of a few steps).
-    Rank 0 decides for every rank."""
+    a micro-batch in both precisions (announced unless `quiet`; by rule instead for a large model or a trial of a
+    few steps). Rank 0 decides for every rank."""
     if saved is not None and "precision" in saved.state:
         name, reason = saved.state["precision"], saved.state["precision_reason"]
         return Precision(name, f"{reason} (kept from the run's start)", device)
@@ -140,7 +141,8 @@ def run_precision(
 
     key = ("train", model_signature(model), shape, objective.name, str(device))
     what = f"a forward and backward pass at batch {micro}"
-    chosen = training_precision(train.precision, device, model, train.steps, measured_pass, key, what)
+    say = say_nothing if quiet else None
+    chosen = training_precision(train.precision, device, model, train.steps, measured_pass, key, what, say)
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 

@@ -22,7 +22,7 @@ from vitkit.device import resolve_device
 from vitkit.evaluation.confusion import plot_confusion
 from vitkit.flops import count_parameters
 from vitkit.models.registry import Model
-from vitkit.precision import Precision, inference_precision
+from vitkit.precision import Precision, inference_precision, say_nothing
 from vitkit.recipe.run_config import RunConfig
 from vitkit.sizes import to_pair
 from vitkit.storage import FINAL_DIR, save_pretrained
@@ -74,7 +74,9 @@ def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quie
     model = cast(
         Model, build_run_model(config, objective_for(train), classes, None).to(device)
     )  # a classifier: the model itself
-    precision = inference_precision(train.precision, model, train.eval_batch())
+    precision = inference_precision(
+        train.precision, model, train.eval_batch(), say=say_nothing if quiet else None
+    )
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
     fit = FrozenFit(config, run_dir, device, data, classes, model, precision, quiet=quiet)
     fit.say(

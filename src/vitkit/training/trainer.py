@@ -123,7 +123,7 @@ class Trainer:
         model = build_run_model(config, self.objective, list(self.data.train.classes), self.saved)
         model = model.to(self.device)
         self.precision = run_precision(
-            config, self.objective, model, self.data.train, self.device, self.saved
+            config, self.objective, model, self.data.train, self.device, self.saved, quiet
         )
         self.strategy = resolve_strategy(train.strategy, self.world_size)
         if self.strategy == "fsdp":
