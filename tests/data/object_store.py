@@ -7,15 +7,18 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.server
+import re
 import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -33,44 +36,55 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def start_moto(log: IO[bytes], deadline: float) -> tuple[subprocess.Popen, str]:
+    """moto's S3 server on a port of the kernel's choice (no other process can take it between a probe and the
+    bind), answering; (the process, its endpoint, read from the line it writes to `log`)."""
+    server = subprocess.Popen(
+        [sys.executable, "-u", "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+        stdout=subprocess.DEVNULL,
+        stderr=log,
+    )
+    until = time.monotonic() + deadline
+    while server.poll() is None and time.monotonic() < until:
+        log.seek(0)
+        running = re.search(rb"Running on (http://127\.0\.0\.1:\d+)", log.read())
+        try:
+            if running:
+                endpoint = running[1].decode()
+                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
+                return server, endpoint
+        except OSError:
+            pass
+        time.sleep(0.1)
+    server.terminate()
+    server.wait(timeout=30)
+    pytest.fail(f"moto's S3 server did not answer within {deadline} s (exit code {server.poll()})")
+
+
 @contextlib.contextmanager
 def s3_server(deadline: float = 60) -> Iterator[dict[str, str]]:
     """moto's S3 server with one bucket; yields the environment that points S3 clients at it (the standard
     variables, as for any S3-compatible store), with SECRET as the secret key."""
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        until = time.monotonic() + deadline
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2).close()
-                break
-            except OSError:
-                if time.monotonic() > until or server.poll() is not None:
-                    pytest.fail(f"moto's S3 server did not answer on {endpoint} within {deadline} s")
-                time.sleep(0.1)
-        env = {
-            "AWS_ACCESS_KEY_ID": "vitkit-test",
-            "AWS_SECRET_ACCESS_KEY": SECRET,
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_DEFAULT_REGION": "us-east-1",
-        }
-        with pytest.MonkeyPatch.context() as patch:
-            for name, value in env.items():
-                patch.setenv(name, value)
-            patch.delenv("AWS_PROFILE", raising=False)
-            clear_clients()
-            fsspec.filesystem("s3").mkdir(BUCKET)
-            yield env
-            clear_clients()
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    with tempfile.TemporaryFile() as log:
+        server, endpoint = start_moto(log, deadline)
+        try:
+            env = {
+                "AWS_ACCESS_KEY_ID": "vitkit-test",
+                "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_DEFAULT_REGION": "us-east-1",
+            }
+            with pytest.MonkeyPatch.context() as patch:
+                for name, value in env.items():
+                    patch.setenv(name, value)
+                patch.delenv("AWS_PROFILE", raising=False)
+                clear_clients()
+                fsspec.filesystem("s3").mkdir(BUCKET)
+                yield env
+                clear_clients()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
 
 
 def clear_clients() -> None:
