@@ -32,6 +32,7 @@ from vitkit.data.remote import is_url
 from vitkit.data.spec import PREFIXES
 from vitkit.models.config import ResNetConfig, ViTConfig
 from vitkit.models.registry import model_config
+from vitkit.precision import say_nothing
 from vitkit.recipe.run_config import (
     RECIPE_NAME,
     RESUME_MAY_CHANGE,
@@ -90,19 +91,15 @@ class RecipeRequest:
         return words + [f"{key}={toml_value(value)}" for key, value in self.settings]
 
 
-def resolve_recipe(request: RecipeRequest, say: Say = print) -> RunConfig:
-    """The validated RunConfig of `request`; `say` tells what was adapted and which model trains, except when the
-    request is quiet or prints the recipe itself, and in the processes a launcher started (WORLD_SIZE > 1): the
-    command that started them has said it."""
-    if request.quiet or request.print_config or int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        say = _silent
+def resolve_recipe(request: RecipeRequest) -> RunConfig:
+    """The validated RunConfig of `request`; a line on stdout tells what was adapted and which model trains,
+    except when the request is quiet or prints the recipe itself, and in the processes a launcher started
+    (WORLD_SIZE > 1): the command that started them has said it."""
+    silent = request.quiet or request.print_config or int(os.environ.get("WORLD_SIZE", "1")) > 1
+    say: Say = say_nothing if silent else print
     if request.resume:
         return _resumed(request, say)
     return _resolved(request, _recipe(request, _base(request)), say)
-
-
-def _silent(line: str) -> None:
-    """A `say` that says nothing."""
 
 
 def _base(request: RecipeRequest) -> RunConfig:
