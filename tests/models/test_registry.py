@@ -41,7 +41,13 @@ def test_paper_and_timm_names_resolve_to_the_same_config(paper, timm):
 
 def test_list_models_matches_both_styles():
     assert "ViT-B/16" in vitkit.list_models()
-    assert vitkit.list_models("vit_base_patch16*") == ["ViT-B/16"]
+    assert vitkit.list_models("vit_base_patch16_2*") == ["ViT-B/16"]
+    assert vitkit.list_models("vit_base_patch16*") == [
+        "ViT-B/16",
+        "CLIP-B/16",
+        "CLIP-B/16-quickgelu",
+        "SigLIP-B/16",
+    ]
     assert set(vitkit.list_models("R50+*")) == {
         "R50+ViT-B/16",
         "R50+ViT-L/16",

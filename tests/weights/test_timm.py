@@ -129,9 +129,9 @@ def test_pre_logits_travel_as_a_head_sequential() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(class_token=False, global_pool="avg"), "fc_norm"),
+        (dict(global_pool="token", fc_norm=True), "fc_norm"),
         (dict(global_pool="avg", fc_norm=False), "with a class token"),
-        (dict(reg_tokens=4), "register tokens"),
+        (dict(qk_norm=True), "qk-norm"),
         (dict(global_pool="max", class_token=False, fc_norm=False), "global_pool='max'"),
     ],
 )

@@ -10,14 +10,28 @@ from typing import Any
 
 from vitkit.sizes import to_pair
 
-CLASSIFIERS = ("token", "gap")
-ACTIVATIONS = ("gelu", "gelu_tanh")
+CLASSIFIERS = ("token", "gap", "map", "token_gap")
+ACTIVATIONS = ("gelu", "gelu_tanh", "quick_gelu", "swiglu")
 POS_EMBEDS = ("none", "learned", "learned_2d", "sincos", "relative")
 
 
 @dataclass
 class ViTConfig:
-    """A Vision Transformer (Eq. 1-4), optionally on a ResNet v1 feature map (the hybrid of §3.1)."""
+    """A Vision Transformer (Eq. 1-4), optionally on a ResNet v1 feature map (the hybrid of §3.1).
+
+    Later ViTs add parts that are off by default, so every model of the paper is unchanged: `layer_scale`
+    (DeiT III, DINOv2: a learned per-channel scale on each residual branch, initialised to this value),
+    `num_reg_tokens` (DINOv2 with registers: learned tokens after the class token that no head reads),
+    `prefix_pos_embed=False` (DeiT III, DINOv2 with registers: position embeddings for the patches only),
+    `pre_norm` (CLIP: a LayerNorm on z_0), `patch_bias` and `qkv_bias` (off in CLIP's patch embedding),
+    activation 'quick_gelu' (OpenAI's CLIP) or 'swiglu' (DINOv2-g: SiLU of one half of the first layer gates the
+    other half; `mlp_dim` is the width after gating), classifier 'map' (SigLIP: attention pooling by one learned
+    query, then a residual MLP) or 'token_gap' (the class token beside the mean of the patch tokens, DINOv2's
+    linear evaluation), `fc_norm` (GAP with the final norm after pooling instead of before).
+    `probe_classifier` is the pooling that a head fitted on frozen features reads, as each family evaluates its
+    features (None: the classifier's own); `image_mean` / `image_std` the normalisation the weights were
+    trained with (None: 0.5 for every channel, the paper's inputs in [-1, 1]).
+    """
 
     img_size: int | tuple[int, int] = 224
     patch_size: int | tuple[int, int] = 16
@@ -38,6 +52,17 @@ class ViTConfig:
     resnet_layers: tuple[int, ...] | None = None
     resnet_width: float = 1.0
     dynamic_img_size: bool = False
+    # Parts of later ViTs (DeiT III, CLIP, SigLIP, DINOv2), each off by default: the paper's models are unchanged.
+    qkv_bias: bool = True
+    patch_bias: bool = True
+    pre_norm: bool = False
+    layer_scale: float | None = None
+    num_reg_tokens: int = 0
+    prefix_pos_embed: bool = True
+    fc_norm: bool = False
+    probe_classifier: str | None = None
+    image_mean: tuple[float, ...] | None = None
+    image_std: tuple[float, ...] | None = None
 
     model_type = "vit"
 
@@ -50,9 +75,24 @@ class ViTConfig:
         check_choice("classifier", self.classifier, CLASSIFIERS)
         check_choice("activation", self.activation, ACTIVATIONS)
         check_choice("pos_embed", self.pos_embed, POS_EMBEDS)
+        if self.probe_classifier is not None:
+            check_choice("probe_classifier", self.probe_classifier, ("token", "gap", "token_gap"))
+            if self.probe_classifier != "gap" and not self.has_class_token:
+                raise ValueError(f"probe_classifier {self.probe_classifier!r} needs a class token")
         for name in ("hidden_size", "depth", "num_heads", "mlp_dim", "in_chans"):
             _check_int(name, getattr(self, name), 1)
         _check_int("num_classes", self.num_classes, 0)
+        _check_int("num_reg_tokens", self.num_reg_tokens, 0)
+        if self.layer_scale is not None and not (_is_number(self.layer_scale) and self.layer_scale > 0):
+            raise ValueError(f"layer_scale must be None or a number > 0, got {self.layer_scale!r}")
+        if self.fc_norm and self.classifier != "gap":
+            raise ValueError(
+                f"fc_norm (the final norm after pooling) needs classifier 'gap', got {self.classifier!r}"
+            )
+        if self.num_reg_tokens and self.pos_embed != "learned":
+            raise ValueError(f"register tokens need pos_embed 'learned', got {self.pos_embed!r}")
+        for name in ("image_mean", "image_std"):
+            self._check_per_channel(name)
         _check_sizes("img_size", self.img_size)
         _check_sizes("patch_size", self.patch_size)
         if self.representation_size is not None:
@@ -76,6 +116,19 @@ class ViTConfig:
             if size % stride:
                 raise ValueError(f"img_size {side} {size} must be divisible by the input stride {stride}")
 
+    def _check_per_channel(self, name: str) -> None:
+        """`image_mean` / `image_std`: None (0.5, the paper's [-1, 1] inputs) or one number a channel."""
+        values = getattr(self, name)
+        if values is None:
+            return
+        if not isinstance(values, (tuple, list)) or len(values) != self.in_chans:
+            raise ValueError(f"{name} must hold one number per channel ({self.in_chans}), got {values!r}")
+        if not all(_is_number(v) for v in values) or (name == "image_std" and min(values) <= 0):
+            raise ValueError(
+                f"{name} must hold finite numbers{' > 0' if name == 'image_std' else ''}, got {values!r}"
+            )
+        setattr(self, name, tuple(float(v) for v in values))
+
     @property
     def backbone_stride(self) -> int:
         """Downsampling of the ResNet in front of the patch embedding (1 for a plain ViT)."""
@@ -96,8 +149,23 @@ class ViTConfig:
         return (height // self.input_stride, width // self.input_stride)
 
     @property
+    def has_class_token(self) -> bool:
+        return self.classifier in ("token", "token_gap")
+
+    @property
     def num_prefix_tokens(self) -> int:
-        return 1 if self.classifier == "token" else 0
+        """Tokens before the patches: the class token, then the register tokens."""
+        return int(self.has_class_token) + self.num_reg_tokens
+
+    @property
+    def num_pos_prefix_tokens(self) -> int:
+        """Prefix tokens with a row of the learned position table (none when `prefix_pos_embed` is off)."""
+        return self.num_prefix_tokens if self.prefix_pos_embed else 0
+
+    @property
+    def mean_std(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The per-channel normalisation its weights expect: x = (pixels / 255 - mean) / std."""
+        return (self.image_mean or (0.5,) * self.in_chans, self.image_std or (0.5,) * self.in_chans)
 
     @property
     def input_size(self) -> tuple[int, int, int]:

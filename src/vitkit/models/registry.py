@@ -71,6 +71,60 @@ def _vit_entries() -> list[ModelEntry]:
     return entries
 
 
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+# Later ViT families as timm builds them: the ViTConfig fields of their parts (models/config.py); the
+# feature extractors (DINOv2, SigLIP) have no head, as timm's.
+FAMILIES: dict[str, dict[str, Any]] = {
+    "DINOv2": dict(
+        num_classes=0,
+        layer_scale=1e-5,
+        img_size=518,
+        probe_classifier="token_gap",
+        image_mean=IMAGENET_MEAN,
+        image_std=IMAGENET_STD,
+    ),
+    "CLIP": dict(
+        pre_norm=True, patch_bias=False, layer_norm_eps=1e-5, image_mean=CLIP_MEAN, image_std=CLIP_STD
+    ),
+    "SigLIP": dict(num_classes=0, classifier="map"),  # timm: the erf GELU (transformers: its tanh form)
+    "DeiT3": dict(layer_scale=1e-6, prefix_pos_embed=False, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD),
+}
+REGISTERS: dict[str, Any] = dict(num_reg_tokens=4, prefix_pos_embed=False)
+# DINOv2-g: 1536 wide, 40 layers, 24 heads, a SwiGLU MLP 4096 wide after gating (Oquab et al. 2023).
+GIANT = dict(hidden_size=1536, depth=40, num_heads=24, mlp_dim=4096, activation="swiglu")
+
+
+def _family_entries() -> list[ModelEntry]:
+    """DINOv2 (with and without 4 registers), CLIP (GELU, and QuickGELU as OpenAI trained it), SigLIP and
+    SigLIP 2 (one architecture; timm tells them apart by their weights' tag), DeiT III: named as
+    'FAMILY-SIZE/PATCH', timm's architecture names as aliases."""
+    entries = []
+    for size, timm_size in (("S", "small"), ("B", "base"), ("L", "large"), ("g", "giant")):
+        dims: dict[str, Any] = GIANT if size == "g" else VIT_SIZES[size]
+        no_registers: dict[str, Any] = {}
+        for suffix, extra in (("", no_registers), ("-reg4", REGISTERS)):
+            timm = f"vit_{timm_size}_patch14{suffix.replace('-', '_')}_dinov2"
+            config = dict(model_type="vit", patch_size=14, **dims, **FAMILIES["DINOv2"], **extra)
+            entries.append(ModelEntry(f"DINOv2-{size}/14{suffix}", (timm,), config))
+    for size, patch in (("B", 16), ("B", 32), ("L", 14)):
+        # OpenAI's weights (QuickGELU) end in the image projection into the joint embedding, timm's head
+        projection = 768 if size == "L" else 512
+        quickgelu: dict[str, Any] = dict(activation="quick_gelu", num_classes=projection)
+        for suffix, extra in (("", {}), ("-quickgelu", quickgelu)):
+            timm = f"vit_{TIMM_SIZE_NAMES[size]}_patch{patch}_clip{suffix.replace('-', '_')}_224"
+            config = dict(model_type="vit", patch_size=patch, **VIT_SIZES[size], **FAMILIES["CLIP"], **extra)
+            entries.append(ModelEntry(f"CLIP-{size}/{patch}{suffix}", (timm,), config))
+    siglip = dict(model_type="vit", patch_size=16, **VIT_SIZES["B"], **FAMILIES["SigLIP"])
+    entries.append(ModelEntry("SigLIP-B/16", ("vit_base_patch16_siglip_224",), siglip))
+    entries.append(ModelEntry("SigLIP2-B/16", (), siglip))
+    for size in ("S", "B", "L"):
+        timm = f"deit3_{TIMM_SIZE_NAMES[size]}_patch16_224"
+        config = dict(model_type="vit", patch_size=16, **VIT_SIZES[size], **FAMILIES["DeiT3"])
+        entries.append(ModelEntry(f"DeiT3-{size}/16", (timm,), config))
+    return entries
+
+
 def _resnet_entries() -> list[ModelEntry]:
     entries = []
     for name, (layers, width) in RESNET_SIZES.items():
@@ -82,7 +136,7 @@ def _resnet_entries() -> list[ModelEntry]:
     return entries
 
 
-MODELS: dict[str, ModelEntry] = {e.name: e for e in _vit_entries() + _resnet_entries()}
+MODELS: dict[str, ModelEntry] = {e.name: e for e in _vit_entries() + _family_entries() + _resnet_entries()}
 _LOOKUP = {key.lower(): e for e in MODELS.values() for key in (e.name, *e.aliases)}
 
 

@@ -5,6 +5,10 @@
     z_l = MLP(LN(z'_l)) + z'_l                                 (3)  Block: norm2, mlp
     y = LN(z_L^0)                                              (4)  norm, then the class token (or the mean: 'gap')
 
+Later ViTs add small parts, each its own module and each off in the paper's models: register tokens beside the
+class token, LayerScale on both residual branches (`ls1`, `ls2`), a LayerNorm on z_0 (`norm_pre`, CLIP), the
+gated MLP (SwiGLU), and attention pooling in place of the class token (`attn_pool`, SigLIP).
+
 Module names follow timm, so its state dicts map one-to-one; each official key has exactly one home here
 (q, k and v live side by side in the fused `qkv` projection).
 """
@@ -19,8 +23,11 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from vitkit.device import cpu_flags
+from vitkit.models.attention_pool import AttentionPool
 from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.init import normal_
+from vitkit.models.layer_scale import LayerScale
+from vitkit.models.mlp import build_mlp
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
 from vitkit.storage import SavePretrainedMixin
@@ -35,9 +42,9 @@ class PatchEmbed(nn.Module):
     (kernel = stride = P); the product computes that convolution, faster forward and backward on a CPU
     (benchmarks/patch_embedding.py). Pixels past the last whole patch are left out, as the convolution leaves them."""
 
-    def __init__(self, in_chans: int, dim: int, patch_size: tuple[int, int]) -> None:
+    def __init__(self, in_chans: int, dim: int, patch_size: tuple[int, int], bias: bool = True) -> None:
         super().__init__()
-        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size)
+        self.proj = nn.Conv2d(in_chans, dim, kernel_size=patch_size, stride=patch_size, bias=bias)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
         B, C, H, W = x.shape
@@ -56,12 +63,20 @@ class Attention(nn.Module):
     (`fused_bf16_on_cpu`); the rest of the choice follows the tensors of each call (device, autocast dtype,
     gradients)."""
 
-    def __init__(self, dim: int, num_heads: int, attn_drop: float, proj_drop: float, num_rel_tokens: int = 0):
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        attn_drop: float,
+        proj_drop: float,
+        num_rel_tokens: int = 0,
+        qkv_bias: bool = True,
+    ):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = dim // num_heads
         self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(dim, 3 * dim)
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.attn_drop = attn_drop
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
@@ -98,8 +113,8 @@ class Attention(nn.Module):
         if queries is None:
             return self.qkv(x).split(D, -1)
         weight, bias = self.qkv.weight, self.qkv.bias
-        q = F.linear(x[:, :queries], weight[:D], bias[:D])
-        return q, *F.linear(x, weight[D:], bias[D:]).split(D, -1)
+        q = F.linear(x[:, :queries], weight[:D], None if bias is None else bias[:D])
+        return q, *F.linear(x, weight[D:], None if bias is None else bias[D:]).split(D, -1)
 
     def fused_pays(self, q: torch.Tensor) -> bool:
         """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its
@@ -117,21 +132,6 @@ def has_amx_tiles() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
-class Mlp(nn.Module):
-    """Two dense layers with a GELU between them; dropout after each (Appendix B.1)."""
-
-    def __init__(self, dim: int, hidden: int, activation: str, dropout: float) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU(approximate="tanh" if activation == "gelu_tanh" else "none")
-        self.drop1 = nn.Dropout(dropout)
-        self.fc2 = nn.Linear(hidden, dim)
-        self.drop2 = nn.Dropout(dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.drop2(self.fc2(self.drop1(self.act(self.fc1(x)))))
-
-
 def stochastic_depth(rate: float) -> nn.Module:
     """torchvision's per-sample StochasticDepth at `rate`; the identity at 0, so that building a model (a
     pretrained one to predict with or fit a head on) never pays the seconds of importing torchvision."""
@@ -142,6 +142,11 @@ def stochastic_depth(rate: float) -> nn.Module:
     return StochasticDepth(rate, mode="row")
 
 
+def layer_scale(dim: int, init_value: float | None) -> nn.Module:
+    """LayerScale on a residual branch, or the identity (the paper's layers) when `init_value` is None."""
+    return nn.Identity() if init_value is None else LayerScale(dim, init_value)
+
+
 class Block(nn.Module):
     """One encoder layer: Eq. 2 then Eq. 3, pre-norm, residuals (with stochastic depth when training)."""
 
@@ -149,9 +154,13 @@ class Block(nn.Module):
         super().__init__()
         dim, eps = config.hidden_size, config.layer_norm_eps
         self.norm1 = nn.LayerNorm(dim, eps=eps)
-        self.attn = Attention(dim, config.num_heads, config.attention_dropout, config.dropout, num_rel_tokens)
+        self.attn = Attention(
+            dim, config.num_heads, config.attention_dropout, config.dropout, num_rel_tokens, config.qkv_bias
+        )
+        self.ls1 = layer_scale(dim, config.layer_scale)
         self.norm2 = nn.LayerNorm(dim, eps=eps)
-        self.mlp = Mlp(dim, config.mlp_dim, config.activation, config.dropout)
+        self.mlp = build_mlp(dim, config.mlp_dim, config.activation, config.dropout)
+        self.ls2 = layer_scale(dim, config.layer_scale)
         self.drop_path = stochastic_depth(drop_path)
 
     def forward(
@@ -160,8 +169,8 @@ class Block(nn.Module):
         """z_l from z_{l-1}; for the first `queries` tokens only when given (rows of Eq. 2-3 are independent
         once attention has read every token)."""
         attended, weights = self.attn(self.norm1(x), need_weights, queries)
-        x = x[:, :queries] + self.drop_path(attended)  # Eq. 2
-        x = x + self.drop_path(self.mlp(self.norm2(x)))  # Eq. 3
+        x = x[:, :queries] + self.drop_path(self.ls1(attended))  # Eq. 2
+        x = x + self.drop_path(self.ls2(self.mlp(self.norm2(x))))  # Eq. 3
         return x, weights
 
 
@@ -180,12 +189,16 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         else:
             self.backbone = None
             embed_in = config.in_chans
-        self.patch_embed = PatchEmbed(embed_in, dim, to_pair(config.patch_size))
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.classifier == "token" else None
+        self.patch_embed = PatchEmbed(embed_in, dim, to_pair(config.patch_size), config.patch_bias)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim)) if config.has_class_token else None
+        self.reg_token = (
+            nn.Parameter(torch.zeros(1, config.num_reg_tokens, dim)) if config.num_reg_tokens else None
+        )
         self.pos_embed = build_position_embedding(
-            config.pos_embed, config.num_prefix_tokens, config.grid_size, dim
+            config.pos_embed, config.num_pos_prefix_tokens, config.grid_size, dim
         )
         self.pos_drop = nn.Dropout(config.dropout)
+        self.norm_pre = nn.LayerNorm(dim, eps=config.layer_norm_eps) if config.pre_norm else nn.Identity()
         num_rel_tokens = (
             config.num_prefix_tokens + math.prod(config.grid_size) if config.pos_embed == "relative" else 0
         )
@@ -193,12 +206,20 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
             config.drop_path * i / max(config.depth - 1, 1) for i in range(config.depth)
         ]  # stochastic depth, linear
         self.blocks = nn.ModuleList(Block(config, rate, num_rel_tokens) for rate in rates)
-        self.norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        final_norm = nn.LayerNorm(dim, eps=config.layer_norm_eps)
+        self.norm = nn.Identity() if config.fc_norm else final_norm
+        self.attn_pool = (
+            AttentionPool(dim, config.num_heads, config.mlp_dim, config.activation, config.layer_norm_eps)
+            if config.classifier == "map"
+            else None
+        )
+        self.fc_norm = final_norm if config.fc_norm else nn.Identity()
+        pooled = 2 * dim if config.classifier == "token_gap" else dim
         self.pre_logits = (
-            PreLogits(dim, config.representation_size) if config.representation_size else nn.Identity()
+            PreLogits(pooled, config.representation_size) if config.representation_size else nn.Identity()
         )
         self.head = (
-            nn.Linear(config.representation_size or dim, config.num_classes)
+            nn.Linear(config.representation_size or pooled, config.num_classes)
             if config.num_classes
             else nn.Identity()
         )
@@ -208,7 +229,8 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
     @property
     def num_features(self) -> int:
         """Width of the vector the head reads (pre-logits when present)."""
-        return self.config.representation_size or self.config.hidden_size
+        pooled = self.config.hidden_size * (2 if self.config.classifier == "token_gap" else 1)
+        return self.config.representation_size or pooled
 
     def patchify(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
         """The patch embeddings x_p E of Eq. 1 (of the ResNet feature map for hybrids) and their grid."""
@@ -218,10 +240,16 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         return self.patch_embed(x)
 
     def add_position(self, patches: torch.Tensor, grid: Grid) -> torch.Tensor:
-        """The rest of Eq. 1: class token prepended, position embeddings added (then dropout, B.1)."""
-        if self.cls_token is not None:
-            patches = torch.cat([self.cls_token.expand(patches.shape[0], -1, -1), patches], dim=1)
-        return self.pos_drop(self.pos_embed(patches, grid))
+        """The rest of Eq. 1: class token (and register tokens) prepended, position embeddings added (then
+        dropout, B.1, and CLIP's pre-norm). Without `prefix_pos_embed` only the patches get a position."""
+        prefix = [
+            t.expand(patches.shape[0], -1, -1) for t in (self.cls_token, self.reg_token) if t is not None
+        ]
+        if self.config.prefix_pos_embed:
+            z = self.pos_embed(torch.cat([*prefix, patches], dim=1), grid)
+        else:
+            z = torch.cat([*prefix, self.pos_embed(patches, grid)], dim=1)
+        return self.norm_pre(self.pos_drop(z))
 
     def embed(self, x: torch.Tensor) -> tuple[torch.Tensor, Grid]:
         """Eq. 1: z_0 from images."""
@@ -255,10 +283,21 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         """Encoded, normalised token sequence [B, T, D]."""
         return self.encode(self.embed(x)[0])
 
+    def pool(self, x: torch.Tensor) -> torch.Tensor:
+        """The vector Eq. 4 reads from the encoded tokens: the class token, the mean of the patch tokens
+        ('gap'), both side by side ('token_gap') or attention pooling over the patches ('map')."""
+        kind = self.config.classifier
+        if kind == "token":
+            return x[:, 0]
+        patches = x[:, self.config.num_prefix_tokens :]
+        if self.attn_pool is not None:  # 'map'
+            return self.attn_pool(patches)
+        mean = patches.mean(dim=1)
+        return torch.cat([x[:, 0], mean], dim=-1) if kind == "token_gap" else mean
+
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
-        """Pool (class token, or mean for 'gap'), pre-logits, head."""
-        x = x[:, 0] if self.config.classifier == "token" else x.mean(dim=1)
-        x = self.pre_logits(x)
+        """Pool, the norm after pooling (`fc_norm`), pre-logits, head."""
+        x = self.pre_logits(self.fc_norm(self.pool(x)))
         return x if pre_logits else self.head(x)
 
     def forward(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
@@ -296,15 +335,18 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         """A fresh zero-initialised head (§3.2: fine-tuning starts from a zero D x K layer)."""
         self.config.num_classes = num_classes
         self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
-        self.head.to(self.norm.weight.device)
+        self.head.to(self.patch_embed.proj.weight.device)
         _zero(self.head)
 
     def no_weight_decay(self) -> set[str]:
-        """Parameters exempt from weight decay: biases, norms, position embeddings, class token."""
+        """Parameters exempt from weight decay: biases, norms, LayerScale, position embeddings, class and
+        register tokens, the attention pool's query."""
         return {
             name
             for name, p in self.named_parameters()
-            if p.ndim <= 1 or name.startswith(("pos_embed.", "cls_token")) or ".rel_pos." in name
+            if p.ndim <= 1
+            or name.startswith(("pos_embed.", "cls_token", "reg_token", "attn_pool.latent"))
+            or ".rel_pos." in name
         }
 
     def set_grad_checkpointing(self, enable: bool = True) -> None:
@@ -318,7 +360,8 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
             if isinstance(module, nn.Linear):
                 if name.endswith("qkv"):
                     _xavier_uniform_fused_(module.weight, parts=3)
-                    nn.init.zeros_(module.bias)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
                 elif name.endswith(("attn.proj", "mlp.fc1", "mlp.fc2")):
                     nn.init.xavier_uniform_(module.weight)
                     if "mlp" in name:
@@ -326,7 +369,12 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
                     else:
                         nn.init.zeros_(module.bias)
         lecun_normal_(self.patch_embed.proj.weight)
-        nn.init.zeros_(self.patch_embed.proj.bias)  # type: ignore[arg-type]  # PatchEmbed's conv has a bias
+        if self.patch_embed.proj.bias is not None:
+            nn.init.zeros_(self.patch_embed.proj.bias)
+        if self.reg_token is not None:
+            normal_(self.reg_token, 1e-6)  # as timm and DINOv2 draw them
+        if self.attn_pool is not None:
+            normal_(self.attn_pool.latent, self.config.hidden_size**-0.5)
         if isinstance(self.pre_logits, PreLogits):
             lecun_normal_(self.pre_logits.fc.weight)
             nn.init.zeros_(self.pre_logits.fc.bias)

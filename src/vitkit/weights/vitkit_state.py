@@ -7,13 +7,14 @@ the head replacement and the key/shape checks exist once.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict, resnet_stride
+from vitkit.models.config import ResNetConfig, ViTConfig, config_from_dict, resnet_stride, to_pair
 from vitkit.models.posemb import resample_grid, resample_position_embedding, square_grid
 from vitkit.models.registry import Model, build_model
 from vitkit.weights.mapping import Converted, check_fits
@@ -21,6 +22,8 @@ from vitkit.weights.mapping import Converted, check_fits
 Config = ViTConfig | ResNetConfig
 _BLOCK = re.compile(r"blocks\.(\d+)\.")
 _UNIT = re.compile(r"backbone\.block(\d+)\.unit(\d+)\.")
+# LayerScale's starting value where the tensors hold trained scales and nothing says it (DINOv2's; DeiT III: 1e-6).
+DEFAULT_LAYER_SCALE = 1e-5
 # Paper Table 1 widths -> heads; other widths fall back to 64-dimensional heads.
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 
@@ -65,14 +68,30 @@ def infer_vit_config(state: Mapping[str, torch.Tensor], source: str, **hints: An
     else:
         resnet_layers, resnet_width, in_chans = None, 1.0, embed_in
     depth = len({int(m[1]) for k in state if (m := _BLOCK.match(k))})
-    classifier = "token" if "cls_token" in state else "gap"
+    classifier = "map" if "attn_pool.latent" in state else "token" if "cls_token" in state else "gap"
+    mlp_dim, swiglu = 4 * hidden, False
+    if depth:  # a SwiGLU's first layer is twice as wide as its second layer's input, a plain MLP's as wide
+        fc1 = _require(state, "blocks.0.mlp.fc1.weight", source).shape[0]
+        mlp_dim = _require(state, "blocks.0.mlp.fc2.weight", source).shape[1]
+        swiglu = fc1 == 2 * mlp_dim
+    if swiglu:
+        hints["activation"] = "swiglu"
+    reg = state.get("reg_token")
     config: dict[str, Any] = dict(
         hidden_size=hidden,
         patch_size=tuple(patch.shape[2:]),
         in_chans=in_chans,
         depth=depth,
-        mlp_dim=_require(state, "blocks.0.mlp.fc1.weight", source).shape[0] if depth else 4 * hidden,
+        mlp_dim=mlp_dim,
         classifier=classifier,
+        num_reg_tokens=reg.shape[1] if reg is not None and reg.ndim == 3 else 0,
+        qkv_bias="blocks.0.attn.qkv.bias" in state or not depth,
+        patch_bias="patch_embed.proj.bias" in state,
+        pre_norm="norm_pre.weight" in state,
+        fc_norm="fc_norm.weight" in state,
+        layer_scale=(hints.pop("layer_scale", None) or DEFAULT_LAYER_SCALE)
+        if "blocks.0.ls1.gamma" in state
+        else None,
         resnet_layers=resnet_layers,
         resnet_width=resnet_width,
         representation_size=state["pre_logits.fc.weight"].shape[0]
@@ -83,18 +102,28 @@ def infer_vit_config(state: Mapping[str, torch.Tensor], source: str, **hints: An
         pos_embed="learned" if "pos_embed.weight" in state else hints.pop("pos_embed", None),
     )
     hints.pop("pos_embed", None)
+    hints.pop("layer_scale", None)
     if config["pos_embed"] is None:
         raise ValueError(f"{source}: no position embedding found (expected 'pos_embed.weight')")
     stride = config["patch_size"][0] * resnet_stride(resnet_layers)
     img_size = hints.pop("img_size", None)
+    prefix = int(classifier == "token") + config["num_reg_tokens"]
+    if "pos_embed.weight" in state and "prefix_pos_embed" not in hints:
+        rows = state["pos_embed.weight"].shape[1]
+        if img_size is not None:
+            grid = to_pair(img_size)
+            patches = (grid[0] // stride) * (grid[1] // stride)
+            hints["prefix_pos_embed"] = rows != patches or not prefix
+        else:  # a table without rows for the prefix tokens has a square number of rows
+            hints["prefix_pos_embed"] = math.isqrt(rows - prefix) ** 2 == rows - prefix
     if img_size is None:
         if "pos_embed.weight" not in state:
             raise ValueError(
                 f"{source}: the image size cannot be read from a {config['pos_embed']!r} position "
                 "embedding; pass img_size="
             )
-        prefix = 1 if classifier == "token" else 0
-        grid = square_grid(state["pos_embed.weight"].shape[1] - prefix, f"{source}: position embedding")
+        rows = state["pos_embed.weight"].shape[1] - (prefix if hints["prefix_pos_embed"] else 0)
+        grid = square_grid(rows, f"{source}: position embedding")
         img_size = (grid[0] * stride, grid[1] * stride)
     try:
         return ViTConfig(**config, img_size=img_size, **hints)
@@ -116,7 +145,7 @@ def adapt_position_embeddings(state: dict[str, torch.Tensor], source: Config, ta
     kind = target.pos_embed
     if kind == "learned" and "pos_embed.weight" in state:
         state["pos_embed.weight"] = resample_position_embedding(
-            state["pos_embed.weight"], target.num_prefix_tokens, old, new
+            state["pos_embed.weight"], target.num_pos_prefix_tokens, old, new
         )
     elif kind == "learned_2d":
         for key, size in (("pos_embed.row", new[0]), ("pos_embed.col", new[1])):
