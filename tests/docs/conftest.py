@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -76,24 +77,34 @@ class QuietHandler(SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture(scope="session")
-def weights_mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URL of a local HTTP server holding the tiny MIRRORED checkpoints in the bucket's layout."""
-    root = write_mirror(tmp_path_factory.mktemp("weights_mirror"))
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietHandler, directory=str(root)))
+@contextmanager
+def serving(folder: Path) -> Iterator[str]:
+    """The URL (no trailing slash) of a local HTTP server of `folder`'s files, in a thread, stopped afterwards."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(QuietHandler, directory=str(folder)))
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
-def use_mirror(monkeypatch: pytest.MonkeyPatch, mirror: str, cache: Path) -> None:
-    """Published names download from `mirror` into `cache`; the tiny files pass the check that a name's file
-    holds its model as long as resolution, classes and patch size agree (width and depth are not compared)."""
+@pytest.fixture(scope="session")
+def weights_mirror(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The URL of a local HTTP server holding the tiny MIRRORED checkpoints in the bucket's layout."""
+    with serving(write_mirror(tmp_path_factory.mktemp("weights_mirror"))) as url:
+        yield url
+
+
+def use_mirror(monkeypatch: pytest.MonkeyPatch, mirror: str, cache: Path | None = None) -> None:
+    """Published names download from `mirror` (into `cache`, else the session's); the tiny files pass the check
+    that a name's file holds its model as long as resolution, classes and patch size agree (width and depth are
+    not compared)."""
     monkeypatch.setenv(hub.BASE_URL_ENV, mirror)
-    monkeypatch.setenv(CACHE_ENV, str(cache))
+    if cache is not None:
+        monkeypatch.setenv(CACHE_ENV, str(cache))
     monkeypatch.setattr(hub, "ARCHITECTURE_FIELDS", ("patch_size",))
     monkeypatch.setenv("VITKIT_EMBEDDED", "1")  # the Fashion-MNIST subset shipped with vitkit: no download
 
@@ -106,5 +117,5 @@ def doc_workspace(
     directory = tmp_path / "workspace"
     shutil.copytree(workspace_template, directory, symlinks=True)
     monkeypatch.chdir(directory)
-    use_mirror(monkeypatch, weights_mirror, tmp_path / "cache")
+    use_mirror(monkeypatch, weights_mirror)
     return directory

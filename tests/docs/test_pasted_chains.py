@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import requests
 
-from docs.conftest import write_photo, write_photos
+from docs.conftest import use_mirror, write_photo, write_photos
 from docs.documents import (
     ROOT,
     START_PAGES,
@@ -48,15 +48,13 @@ PHOTO_CLASSES = ("cat", "dog", "bird")
 
 @pytest.fixture
 def empty_directory(tmp_path: Path, weights_mirror: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    from docs.conftest import use_mirror
-
     directory = tmp_path / "first-hour"
     directory.mkdir()
     assert not directory.resolve().is_relative_to(ROOT)
     write_photos(directory, PHOTO_CLASSES)
     write_photo(directory / "photo.jpg", 7)
     monkeypatch.chdir(directory)
-    use_mirror(monkeypatch, weights_mirror, tmp_path / "cache")
+    use_mirror(monkeypatch, weights_mirror, tmp_path / "cache")  # a new user's: nothing downloaded yet
     yield directory
 
 
