@@ -29,6 +29,7 @@ from docs.documents import (
     START_PAGES,
     Block,
     blocks,
+    command_lines,
     shell_commands,
     simple_commands,
     vitkit_arguments,
@@ -164,3 +165,20 @@ def test_every_example_runs_as_pasted_from_an_empty_directory(
         assert (empty_directory / "model.onnx").is_file() and (
             empty_directory / "predictions.jsonl"
         ).is_file()
+
+
+def runs_made(path: Path) -> dict[str, tuple[str, ...]]:
+    """--out directory -> the vitkit command that makes it, for the commands of `path` that name one."""
+    made = {}
+    for command in command_lines(path):
+        if "--out" in command.argv[:-1]:
+            made[command.argv[command.argv.index("--out") + 1]] = command.argv
+    return made
+
+
+def test_readme_and_own_photos_make_the_same_runs_with_the_same_commands() -> None:
+    readme, own_photos = runs_made(ROOT / "README.md"), runs_made(ROOT / "docs" / "start" / "own-photos.md")
+    shared = readme.keys() & own_photos.keys()
+    assert {"runs/linear", "runs/scratch", "runs/finetuned"} <= shared
+    differ = {out: (readme[out], own_photos[out]) for out in shared if readme[out] != own_photos[out]}
+    assert not differ, f"README and own-photos.md run these differently (batch sizes, steps, ...): {differ}"
