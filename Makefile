@@ -1,5 +1,5 @@
-# The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (about a minute on 2 idle
-# cores, longer on a loaded machine),
+# The README's commands. `make run` sets up and runs the main job; `make test` runs the fast tests (about a minute on 2
+# cores, several times that on cores other jobs share),
 # `make test-slow` the rest (process groups, kill-and-resume, full-size conversions, benchmarks, torch.compile,
 # the headless-Chromium rendering), `make test-all` both, as CI does. `make lint`: ruff (lint, format) and mypy.
 # `make docs` builds the documentation site into site/ (mkdocs.yml), failing on any warning.
