@@ -16,6 +16,11 @@ from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 ROOT = Path(__file__).resolve().parents[2]
+# a new user's first hour: run whole, shell and Python in page order, from an empty directory (test_pasted_chains)
+START_PAGES = tuple(
+    ROOT / "docs" / "start" / n for n in ("install.md", "main-job.md", "own-photos.md", "pretrained.md")
+)
+PASTED_PAGES = (ROOT / "README.md", *START_PAGES)
 SHELL_LANGUAGES = {"bash", "sh", "shell", "console"}
 FENCE = re.compile(r"^\s*(```+|~~~+)\s*([\w-]*)")
 LEADING_KEYWORDS = {"do", "then", "else", "time", "exec"}
@@ -62,19 +67,49 @@ def vitkit_arguments(words: list[str]) -> list[str] | None:
     return None
 
 
-def shell_lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, command) of each shell-block command, continuation lines joined, prompts dropped."""
-    found: list[tuple[int, str]] = []
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block: its language, the page line of its first content line, its lines, and the reason
+    of the skip directive just above it (None when it has none)."""
+
+    language: str
+    line: int
+    lines: tuple[str, ...]
+    skipped: str | None
+
+    @property
+    def is_shell(self) -> bool:
+        return self.language in SHELL_LANGUAGES
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced code blocks of `path`, in page order."""
+    found: list[Block] = []
     fence: str | None = None
-    language = ""
-    pending: tuple[int, str] | None = None
+    language, start, body, reason, pending_reason = "", 0, [], None, None
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         match = FENCE.match(line)
         if match and (fence is None or match.group(1).startswith(fence)):
-            fence, language = (match.group(1), match.group(2)) if fence is None else (None, "")
+            if fence is None:
+                fence, language, start, body = match.group(1), match.group(2), number + 1, []
+                reason, pending_reason = pending_reason, None
+            else:
+                found.append(Block(language, start, tuple(body), reason))
+                fence = None
             continue
-        if fence is None or language not in SHELL_LANGUAGES:
-            continue
+        if fence is not None:
+            body.append(line)
+        elif line.strip():
+            skip = SKIP.search(line)
+            pending_reason = skip.group(1) if skip else None
+    return found
+
+
+def shell_commands(block: Block) -> list[tuple[int, str]]:
+    """(page line, command) of each command of a shell block, continuation lines joined, prompts dropped."""
+    found: list[tuple[int, str]] = []
+    pending: tuple[int, str] | None = None
+    for number, line in enumerate(block.lines, block.line):
         text = line.strip().removeprefix("$ ")
         start, joined = pending if pending else (number, "")
         joined = f"{joined} {text.removesuffix(chr(92))}".strip()
@@ -82,6 +117,11 @@ def shell_lines(path: Path) -> list[tuple[int, str]]:
         if pending is None and joined:
             found.append((start, joined))
     return found
+
+
+def shell_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, command) of each shell-block command of `path`."""
+    return [command for block in blocks(path) if block.is_shell for command in shell_commands(block)]
 
 
 def simple_commands(text: str) -> list[list[str]]:

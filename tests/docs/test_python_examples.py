@@ -12,9 +12,14 @@ from unittest import SkipTest
 
 import pytest
 
-from docs.documents import SYBIL, directive_lines, documents, skipped_blocks, where
+from docs.documents import PASTED_PAGES, SYBIL, directive_lines, documents, skipped_blocks, where
 
-PAGES = [path for path in documents() if "```python" in path.read_text(encoding="utf-8")]
+# README and the getting-started pages run in tests/docs/test_pasted_chains.py, shell and Python in page order
+PAGES = [
+    path
+    for path in documents()
+    if "```python" in path.read_text(encoding="utf-8") and path not in PASTED_PAGES
+]
 
 
 @pytest.mark.slow  # seconds per page: models are built and run, a few training steps taken

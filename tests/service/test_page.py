@@ -12,26 +12,17 @@ import pytest
 import requests
 from PIL import Image
 
+from browser import SKIP_WITHOUT_CHROMIUM, chromium
 from service.conftest import running
 from vitkit.service import ServiceOptions, load_served_model
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 SCREENSHOT_ENV = "VITKIT_SERVING_SCREENSHOT"  # also save the page's screenshot there (docs/figures)
 selenium = pytest.importorskip("selenium", reason="selenium is not installed (pip install 'vitkit[test]')")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        CHROMIUM is None or CHROMEDRIVER is None,
-        reason="headless Chromium not installed (Debian: apt-get install -y chromium chromium-driver)",
-    ),
-]
+pytestmark = [pytest.mark.slow, SKIP_WITHOUT_CHROMIUM]
 
 
 def test_the_page_shows_the_run_s_top_5_with_bars_and_the_rollout(photo_run: Path, tmp_path: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -39,23 +30,11 @@ def test_the_page_shows_the_run_s_top_5_with_bars_and_the_rollout(photo_run: Pat
     big = tmp_path / "photo.png"  # shown larger than the 28 px it is
     Image.open(photo).resize((224, 224), Image.Resampling.NEAREST).save(big)
     model = load_served_model(str(photo_run), device="cpu")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=900,720",
-    ):
-        options.add_argument(flag)
     with running(model, ServiceOptions()) as served:
         expected = requests.post(
             f"{served.url}/predict", data=big.read_bytes(), headers={"Content-Type": "image/png"}, timeout=30
         ).json()["predictions"]
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-        try:
-            driver.set_page_load_timeout(30)
+        with chromium(900, 720) as driver:
             driver.get(served.url)
             wait = WebDriverWait(driver, 30)
             wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "idle")
@@ -81,8 +60,6 @@ def test_the_page_shows_the_run_s_top_5_with_bars_and_the_rollout(photo_run: Pat
                 "const c = document.getElementById('canvas');"
                 "return Array.from(c.getContext('2d').getImageData(0, 0, c.width, c.height).data);"
             )
-        finally:
-            driver.quit()
     assert names == [p["class"] for p in expected] and len(names) == 5
     assert float(widths[0].removesuffix("px")) > float(widths[-1].removesuffix("px")) >= 0
     assert timing.startswith("answered in ") and "ms" in timing

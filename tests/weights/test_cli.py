@@ -129,3 +129,24 @@ def test_predict_reads_a_directory_and_skips_like_inspect(
     assert len(skipped) == 1 and skipped[0].startswith(f"vitkit predict: skipping {folder / 'broken.png'}: ")
     assert main(["predict", str(folder / "broken.png"), *argv]) == 2  # nothing readable: an error
     assert "no readable image" in capsys.readouterr().err
+
+
+def test_a_missing_file_named_as_a_published_one_names_the_checkpoints_that_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ViT-B_16.npz here: the docs' file name, copied as if it were a name
+    assert main(["predict", "photo.jpg", "--weights", "ViT-B_16.npz"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(
+        "vitkit predict: error: ViT-B_16.npz: no such file or directory; "
+    )
+    assert "ViT-B/16-i21k (imagenet21k/ViT-B_16.npz)" in err
+    assert "ViT-B/16-i21k-in1k-384 (imagenet21k+imagenet2012/ViT-B_16.npz)" in err
+    with pytest.raises(
+        FileNotFoundError, match=r"^vit-l_32\.npz: .*: ViT-L/32-i21k \(imagenet21k/ViT-L_32\.npz\)"
+    ):
+        vitkit.load_weights("vit-l_32.npz")
+    with pytest.raises(
+        FileNotFoundError, match=r"^mine\.npz: no such file or directory$"
+    ):  # no published file
+        vitkit.load_weights("mine.npz")

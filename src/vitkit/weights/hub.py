@@ -146,6 +146,22 @@ def find(name: str) -> Pretrained | None:
     return _LOOKUP.get(name.lower())
 
 
+def published_as(path: str | os.PathLike) -> list[Pretrained]:
+    """The published checkpoints whose file bears `path`'s file name (`ViT-B_16.npz`): what a user who copied a
+    file name from the docs or the bucket most likely meant."""
+    file_name = Path(path).name.lower()
+    return [e for e in PRETRAINED.values() if Path(e.file).name.lower() == file_name]
+
+
+def missing_file_hint(path: str | os.PathLike) -> str:
+    """'' or, for a missing file named like a published one, the names that load it."""
+    entries = published_as(path)
+    if not entries:
+        return ""
+    named = " or ".join(f"{e.name} ({e.file})" for e in entries)
+    return f"; a published checkpoint of that file name loads by its name (cached, or downloaded): {named}"
+
+
 def list_pretrained(pattern: str = "*") -> list[Pretrained]:
     """The published checkpoints whose name matches the glob `pattern` (case-insensitive)."""
     return [e for e in PRETRAINED.values() if fnmatch.fnmatch(e.name.lower(), pattern.lower())]

@@ -89,7 +89,7 @@ def load_weights(
     if path.is_dir():
         return _load_directory(path, format, hints, options)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file or directory")
+        raise FileNotFoundError(f"{path}: no such file or directory{hub.missing_file_hint(path)}")
     kind = _container(path)
     if kind == "npz":
         if format not in (None, "npz"):
