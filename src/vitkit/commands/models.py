@@ -40,13 +40,15 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"parameters and GFLOPs per image of a {args.num_classes}-class model at the input shown (C x H x W)"
     )
-    print(f"{'model':<16} {'timm name':<26} {'input':>11} {'params':>14} {'GFLOPs':>9}")
+    timm_names = {name: next(iter(MODELS[name].aliases if name in MODELS else ()), "-") for name in names}
+    width, timm_width = max(16, *map(len, names)), max(26, *map(len, timm_names.values()))
+    print(f"{'model':<{width}} {'timm name':<{timm_width}} {'input':>11} {'params':>14} {'GFLOPs':>9}")
     for name in names:
         model = create_model(name, device="meta", **overrides)
         shape = "x".join(str(size) for size in model.config.input_size)
         gflops = count_flops(model, model.config.input_size, every_token=True) / 1e9
-        aliases = MODELS[name].aliases if name in MODELS else ()
         print(
-            f"{name:<16} {next(iter(aliases), '-'):<26} {shape:>11} {count_parameters(model):>14,} {gflops:>9.2f}"
+            f"{name:<{width}} {timm_names[name]:<{timm_width}} {shape:>11} {count_parameters(model):>14,} "
+            f"{gflops:>9.2f}"
         )
     return 0
