@@ -13,6 +13,8 @@ import torch
 from object_store import SECRET, faulty_http, files_of
 
 from image_collections import take_steps, write_small_shards
+from tiny import TINY_RECIPE
+from vitkit import cli
 from vitkit.data import ShardSource, TrainTransform, open_source, remote
 from vitkit.data.remote import Patience, ReadAhead, fetch, stat
 
@@ -132,3 +134,43 @@ def test_the_next_shard_is_fetched_while_one_is_read(served, local):
     assert first.closed and second.read() == (local / names[1]).read_bytes()
     files.close()  # the stream is done with: its files are closed (and so deleted)
     assert second.closed
+
+
+def test_a_pattern_naming_a_missing_shard_over_http_is_exit_2_naming_it(served, capsys, tmp_path):
+    del served.files["train-000004.tar"]
+    pattern = f"{served.url}/{{split}}-{{000000..000011}}.tar"
+    message = (
+        f"{served.url}/train-000004.tar: missing shard (1 of the 12 names "
+        f"{served.url}/train-{{000000..000011}}.tar spells are missing)"
+    )
+    for args in (
+        ["data", "info", f"wds:{pattern}"],
+        ["train", "--out", str(tmp_path / "run"), "--steps", "5", *TINY_RECIPE, f"data.source=wds:{pattern}"],
+    ):
+        assert cli.main(args) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.rstrip().endswith(message), error
+    served.files["train-000004.tar"] = b"back"
+    with pytest.raises(FileNotFoundError, match=r"/test-000004.tar: missing shard \(8 of the 12 names "):
+        ShardSource(pattern, "train")  # the test split: 4 shards of the 12 the pattern spells
+
+
+def test_every_remote_error_says_what_went_wrong(served):
+    """403 is access denied, never a missing shard; a shard gone during a run no longer exists; each with its URL."""
+    served.forbidden.add("train-000002.tar")
+    with pytest.raises(
+        ValueError, match=rf"^{served.url}/train-000002.tar: HTTP 403 Forbidden \(access denied"
+    ):
+        ShardSource(f"{served.url}/train-{{000000..000003}}.tar", "train")
+    shard = stat(f"{served.url}/{NAME}")
+    served.forbidden.add(NAME)
+    with pytest.raises(
+        ValueError, match=rf"^shard {NAME} \({shard.url}\): HTTP 403 Forbidden \(access denied"
+    ):
+        fetch(shard, QUICK)
+    served.forbidden.discard(NAME)
+    del served.files[NAME]
+    with pytest.raises(ValueError, match=rf"^shard {NAME} \({shard.url}\): no longer exists \(it did when"):
+        fetch(shard, QUICK)
+    with pytest.raises(FileNotFoundError, match=rf"^{shard.url}: no such file$"):
+        stat(shard.url)

@@ -182,7 +182,9 @@ def split_files(location: str) -> dict[str, list[ShardFile]]:
             continue
         expansion = expand(pattern)
         spelled = split == "train" or "{split}" in location  # names the user wrote for this split
-        present = split == "train" or bool(expansion.files)  # an evaluation split none of whose names exist: none
+        present = split == "train" or bool(
+            expansion.files
+        )  # an evaluation split none of whose names exist: none
         if expansion.absent and spelled and present:
             raise FileNotFoundError(expansion.absent_message(pattern))
         # An evaluation pattern made by replacing `train` takes what exists: an evaluation split has its own,
@@ -219,7 +221,9 @@ class Expansion:
         what = "matches no file" if glob.has_magic(first) else "missing shard"
         if self.spelled == 1:
             return f"{first}: {what}"
-        return f"{first}: {what} ({len(self.absent)} of the {self.spelled} names {pattern} spells are missing)"
+        return (
+            f"{first}: {what} ({len(self.absent)} of the {self.spelled} names {pattern} spells are missing)"
+        )
 
 
 def expand(pattern: str) -> Expansion:
