@@ -174,3 +174,22 @@ def test_every_remote_error_says_what_went_wrong(served):
         fetch(shard, QUICK)
     with pytest.raises(FileNotFoundError, match=rf"^{shard.url}: no such file$"):
         stat(shard.url)
+
+
+def test_an_object_stores_403_and_404_are_told_apart():
+    """s3fs turns botocore's errors into PermissionError / FileNotFoundError; the status behind them is said."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    def answered(status: int, code: str) -> BaseException:
+        error = {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        return translate_boto_error(ClientError(error, "HeadObject"))  # type: ignore[arg-type]
+
+    url = "s3://bucket/shards/train-000000.tar"
+    denied = remote.remote_error(url, answered(403, "AccessDenied"))
+    assert isinstance(denied, ValueError) and str(denied) == (
+        f"{url}: HTTP 403 Forbidden (access denied: check the credentials and the permissions of the bucket or "
+        "server)"
+    )
+    missing = remote.remote_error(url, answered(404, "NoSuchKey"))
+    assert isinstance(missing, FileNotFoundError) and str(missing) == f"{url}: no such file"

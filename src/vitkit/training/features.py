@@ -96,7 +96,7 @@ def content_key(path: str | os.PathLike) -> str:
 def checksum(keys_json: str, features: torch.Tensor) -> str:
     """sha256 of a store's keys (their JSON text) and features (their bytes)."""
     digest = hashlib.sha256(keys_json.encode())
-    digest.update(features.contiguous().reshape(-1).view(torch.uint8).numpy())
+    digest.update(features.contiguous().reshape(-1).view(torch.uint8).numpy().data)
     return digest.hexdigest()
 
 
@@ -208,11 +208,11 @@ class FeatureStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with locked(self.path):
                 self._merge_written()
-                keys = json.dumps(sorted(self.rows, key=self.rows.__getitem__))
-                if len(self.rows) < self.count:  # a key twice: its first row only
-                    self.features = self.features[sorted(self.rows.values())]
-                    self.rows = {key: row for row, key in enumerate(json.loads(keys))}
-                    self.count = len(self.rows)
+                order = sorted(self.rows, key=self.rows.__getitem__)
+                if len(order) < self.count:  # a key added twice (one photo twice): its first row only
+                    self.features = self.features[[self.rows[key] for key in order]]
+                    self.rows, self.count = {key: row for row, key in enumerate(order)}, len(order)
+                keys = json.dumps(order)
                 metadata = {KEYS_METADATA: keys, CHECKSUM_METADATA: checksum(keys, self.features)}
                 save_state_dict({"features": self.features.contiguous()}, self.path, metadata)
                 self.seen = file_state(self.path)
