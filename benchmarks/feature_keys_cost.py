@@ -59,7 +59,9 @@ def timed(keys, source: FolderSource) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--photos", type=int, default=1000)
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--height", type=int, default=240)
@@ -86,7 +88,9 @@ def main() -> None:
     print("|---|---|---|---|")
     for name, times in (("sha256 of the bytes (image_keys)", content), ("path, size, mtime (a stat)", stats)):
         median = statistics.median(times)
-        print(f"| {name} | {median:.3f} | {min(times):.3f}-{max(times):.3f} | {median / args.photos * 1e3:.3f} |")
+        print(
+            f"| {name} | {median:.3f} | {min(times):.3f}-{max(times):.3f} | {median / args.photos * 1e3:.3f} |"
+        )
     print(
         f"\ncontent / stat: median {statistics.median(ratios):.1f}x (range {min(ratios):.1f}-{max(ratios):.1f}x)"
     )
