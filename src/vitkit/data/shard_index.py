@@ -181,14 +181,12 @@ def split_files(location: str) -> dict[str, list[ShardFile]]:
         else:
             continue
         expansion = expand(pattern)
-        spelled = split == "train" or "{split}" in location  # names the user wrote for this split
-        present = split == "train" or bool(
-            expansion.files
-        )  # an evaluation split none of whose names exist: none
-        if expansion.absent and spelled and present:
+        # The names the user wrote for a split must all exist: the training split's, and with `{split}` those of
+        # each evaluation split that has any (one that has none is absent). An evaluation pattern made by
+        # replacing `train` takes what exists: an evaluation split has its own, usually smaller, shard count.
+        spelled = split == "train" or ("{split}" in location and bool(expansion.files))
+        if expansion.absent and spelled:
             raise FileNotFoundError(expansion.absent_message(pattern))
-        # An evaluation pattern made by replacing `train` takes what exists: an evaluation split has its own,
-        # usually smaller, shard count.
         if expansion.files:
             found[split] = expansion.files
     return found
