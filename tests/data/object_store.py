@@ -1,6 +1,7 @@
 """Servers for the remote-shard tests, on 127.0.0.1 only: the S3 server of `moto` (MinIO is in no registry the
 tests can install from: Debian does not package it) in a process of its own, and an HTTP server in a thread that
-serves byte ranges and injects faults (resets, 503s, stalls, short bodies) into the GETs of the files named."""
+serves byte ranges and injects faults (resets, 503s, stalls, short bodies) into the GETs of the files named, and
+answers 403 for the files it forbids."""
 
 from __future__ import annotations
 
@@ -103,7 +104,9 @@ def upload(directory: Path, url: str) -> str:
 
 class FaultyFiles(http.server.ThreadingHTTPServer):
     """Serves `files` (name -> bytes) with Content-Length, ETag and byte ranges; GETs of a name take the next
-    fault of `faults[name]` (an iterator of 'reset', '503', 'stall', 'short'; None: serve) while it has one."""
+    fault of `faults[name]` (an iterator of 'reset', '503', 'stall', 'short': half the body, then the connection
+    closed; None: serve) while it has one. `gets` and `ranges` record each GET's name and Range header; the names
+    in `forbidden` are answered 403."""
 
     daemon_threads = True
     block_on_close = False
@@ -113,6 +116,8 @@ class FaultyFiles(http.server.ThreadingHTTPServer):
         self.files: dict[str, bytes] = {}
         self.faults: dict[str, Iterator[str | None]] = {}
         self.gets: list[str] = []
+        self.ranges: list[str] = []
+        self.forbidden: set[str] = set()
         self.stall_seconds = stall_seconds
 
     @property
@@ -140,9 +145,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def _body(self) -> bytes | None:
-        data = self.server.files.get(self.path.lstrip("/"))
+        name = self.path.lstrip("/")
+        data = None if name in self.server.forbidden else self.server.files.get(name)
         if data is None:
-            self.send_response(404)
+            self.send_response(403 if name in self.server.forbidden else 404)
             self.send_header("Content-Length", "0")
             self.end_headers()
         return data
@@ -165,6 +171,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if data is None:
             return
         self.server.gets.append(name)
+        self.server.ranges.append(self.headers.get("Range", ""))
         fault = next(self.server.faults.get(name, iter(())), None)
         start, end = 0, len(data)
         ranged = self.headers.get("Range", "").removeprefix("bytes=")

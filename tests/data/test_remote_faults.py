@@ -13,6 +13,8 @@ import torch
 from object_store import SECRET, faulty_http, files_of
 
 from image_collections import take_steps, write_small_shards
+from tiny import TINY_RECIPE
+from vitkit import cli
 from vitkit.data import ShardSource, TrainTransform, open_source, remote
 from vitkit.data.remote import Patience, ReadAhead, fetch, stat
 
@@ -37,13 +39,23 @@ def served(local):
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_a_transient_fault_is_retried_and_nothing_is_lost(served, local, fault, monkeypatch):
-    monkeypatch.setattr(remote, "CHUNK_BYTES", 4096)  # several ranged reads a shard: a fault mid-shard
-    served.faults[NAME] = iter([None, fault, fault])  # the first range served, the second fails twice
+def test_a_transient_fault_is_retried_and_nothing_is_lost(served, local, fault):
+    served.faults[NAME] = iter([fault, fault])  # two GETs fail, the third is served
     shard = stat(f"{served.url}/{NAME}")
     with fetch(shard, QUICK) as file:
         assert file.read() == (local / NAME).read_bytes()
-    assert served.gets.count(NAME) == shard.size // 4096 + 2
+    assert served.gets.count(NAME) == 3
+
+
+def test_a_half_sending_server_is_resumed_from_the_byte_reached(served, local):
+    """Each cut body keeps what arrived: the retries ask `Range: bytes=<reached>-`, and the shard is whole once
+    the server sends the rest."""
+    served.faults[NAME] = iter(["short"] * 4)  # half of what is asked, four times; then all of it
+    shard = stat(f"{served.url}/{NAME}")
+    with fetch(shard, QUICK) as file:
+        assert file.read() == (local / NAME).read_bytes()
+    reached = [0, shard.size // 2, shard.size * 3 // 4, shard.size * 7 // 8, shard.size * 15 // 16]
+    assert served.ranges == [f"bytes={r}-" for r in reached]
 
 
 @pytest.mark.parametrize("fault", FAULTS)
@@ -57,6 +69,12 @@ def test_a_fault_that_persists_fails_in_one_line_within_the_bounded_wait(served,
     assert time.monotonic() - start < QUICK.total + QUICK.stall + 1
     message = str(error.value)
     assert message.startswith(f"shard {NAME} ({url}): not fetched after ") and "\n" not in message
+    if fault == "short":  # halves of what is asked until one byte is left, which never comes
+        assert served.ranges[-1] == f"bytes={shard.size - 1}-"
+        assert f"not fetched after {len(served.ranges)} tries in " in message
+        assert f", {shard.size - 1} of {shard.size} bytes read, none in the last " in message
+    else:
+        assert f", 0 of {shard.size} bytes read" in message
 
 
 def test_a_shard_truncated_or_changed_on_the_server_is_detected(served):
@@ -95,10 +113,12 @@ def test_a_stream_that_cannot_fetch_a_shard_stops_in_one_line(served, monkeypatc
         take_steps(through_http, TRANSFORM, stop=12)
 
 
-def test_a_url_with_a_password_is_refused_without_echoing_it():
-    with pytest.raises(ValueError, match="a URL with a password is refused") as error:
-        open_source(f"wds:https://user:{SECRET}@127.0.0.1:1/x/train-{{0..1}}.tar", "train")
-    assert SECRET not in str(error.value) and "user" not in str(error.value)
+def test_a_url_with_credentials_is_refused_without_echoing_them():
+    for userinfo in (f"user:{SECRET}", SECRET):  # a token alone is a credential too
+        with pytest.raises(ValueError, match="a URL that carries credentials is refused") as error:
+            open_source(f"wds:https://{userinfo}@127.0.0.1:8443/x/train-{{0..1}}.tar", "train")
+        assert str(error.value).startswith("https://127.0.0.1:8443/x/train-0.tar: ")  # the port kept
+        assert SECRET not in str(error.value) and "user" not in str(error.value)
 
 
 def test_the_next_shard_is_fetched_while_one_is_read(served, local):
@@ -114,3 +134,62 @@ def test_the_next_shard_is_fetched_while_one_is_read(served, local):
     assert first.closed and second.read() == (local / names[1]).read_bytes()
     files.close()  # the stream is done with: its files are closed (and so deleted)
     assert second.closed
+
+
+def test_a_pattern_naming_a_missing_shard_over_http_is_exit_2_naming_it(served, capsys, tmp_path):
+    del served.files["train-000004.tar"]
+    pattern = f"{served.url}/{{split}}-{{000000..000011}}.tar"
+    message = (
+        f"{served.url}/train-000004.tar: missing shard (1 of the 12 names "
+        f"{served.url}/train-{{000000..000011}}.tar spells are missing)"
+    )
+    for args in (
+        ["data", "info", f"wds:{pattern}"],
+        ["train", "--out", str(tmp_path / "run"), "--steps", "5", *TINY_RECIPE, f"data.source=wds:{pattern}"],
+    ):
+        assert cli.main(args) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.rstrip().endswith(message), error
+    served.files["train-000004.tar"] = b"back"
+    with pytest.raises(FileNotFoundError, match=r"/test-000004.tar: missing shard \(8 of the 12 names "):
+        ShardSource(pattern, "train")  # the test split: 4 shards of the 12 the pattern spells
+
+
+def test_every_remote_error_says_what_went_wrong(served):
+    """403 is access denied, never a missing shard; a shard gone during a run no longer exists; each with its URL."""
+    served.forbidden.add("train-000002.tar")
+    with pytest.raises(
+        ValueError, match=rf"^{served.url}/train-000002.tar: HTTP 403 Forbidden \(access denied"
+    ):
+        ShardSource(f"{served.url}/train-{{000000..000003}}.tar", "train")
+    shard = stat(f"{served.url}/{NAME}")
+    served.forbidden.add(NAME)
+    with pytest.raises(
+        ValueError, match=rf"^shard {NAME} \({shard.url}\): HTTP 403 Forbidden \(access denied"
+    ):
+        fetch(shard, QUICK)
+    served.forbidden.discard(NAME)
+    del served.files[NAME]
+    with pytest.raises(ValueError, match=rf"^shard {NAME} \({shard.url}\): no longer exists \(it did when"):
+        fetch(shard, QUICK)
+    with pytest.raises(FileNotFoundError, match=rf"^{shard.url}: no such file$"):
+        stat(shard.url)
+
+
+def test_an_object_stores_403_and_404_are_told_apart():
+    """s3fs turns botocore's errors into PermissionError / FileNotFoundError; the status behind them is said."""
+    from botocore.exceptions import ClientError
+    from s3fs.errors import translate_boto_error
+
+    def answered(status: int, code: str) -> BaseException:
+        error = {"Error": {"Code": code, "Message": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
+        return translate_boto_error(ClientError(error, "HeadObject"))  # type: ignore[arg-type]
+
+    url = "s3://bucket/shards/train-000000.tar"
+    denied = remote.remote_error(url, answered(403, "AccessDenied"))
+    assert isinstance(denied, ValueError) and str(denied) == (
+        f"{url}: HTTP 403 Forbidden (access denied: check the credentials and the permissions of the bucket or "
+        "server)"
+    )
+    missing = remote.remote_error(url, answered(404, "NoSuchKey"))
+    assert isinstance(missing, FileNotFoundError) and str(missing) == f"{url}: no such file"

@@ -133,3 +133,27 @@ def test_data_pack_writes_its_shards_to_a_bucket(local, bucket, capsys):
     assert "by-pack: not empty; pack writes into a new or empty location" in capsys.readouterr().err
     assert cli.main([*args[:4], f"{bucket}/as-hf", "--format", "hf"]) == 2
     assert "a URL takes --format wds" in capsys.readouterr().err
+
+
+def test_a_pattern_naming_a_missing_shard_in_a_bucket_is_exit_2_naming_it(bucket, capsys):
+    for pattern, first, missing in (
+        (f"{bucket}/packed/train-{{000000..000013}}.tar", "train-000012.tar", "2 of the 14"),
+        (f"{bucket}/packed/{{split}}-{{000000..000011}}.tar", "test-000004.tar", "8 of the 12"),
+        (f"{bucket}/packed/nothing-*.tar", "nothing-*.tar", None),
+    ):
+        assert cli.main(["data", "info", f"wds:{pattern}"]) == 2
+        error = capsys.readouterr().err
+        what = f"missing shard ({missing} names " if missing else "matches no file"
+        assert error.count("\n") == 1 and f"{bucket}/packed/{first}: {what}" in error, error
+
+
+def test_a_shard_deleted_during_a_run_no_longer_exists(local, bucket):
+    upload(local, f"{bucket}/deleted")
+    source = ShardSource(f"{bucket}/deleted", "train")
+    fsspec.filesystem("s3").rm(f"{BUCKET}/deleted/train-000002.tar")
+    with pytest.raises(ValueError) as error:
+        list(source.samples(2))
+    url = f"{bucket}/deleted/train-000002.tar"
+    assert str(error.value).startswith(
+        f"shard train-000002.tar ({url}): no longer exists (it did when its split"
+    )

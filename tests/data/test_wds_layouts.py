@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from image_collections import take_steps
+from image_collections import take_steps, write_small_shards
+from tiny import TINY_RECIPE
+from vitkit import cli
 from vitkit.data import ShardSource, TrainTransform, open_source, shard_index
 
 wds = pytest.importorskip("webdataset")
@@ -63,18 +65,18 @@ def test_split_names_in_file_names_and_brace_patterns(tmp_path):
         "data-train-0000.tar",
         "data-train-0001.tar",
     ]
-    evaluation = ShardSource(str(tmp_path / "data-train-{0000..0009}.tar"), "test")  # train -> validation
+    evaluation = ShardSource(str(tmp_path / "data-train-{0000..0001}.tar"), "test")  # train -> validation
     assert evaluation.split == "validation" and [p.name for p in evaluation.paths] == [
         "data-validation-0000.tar"
     ]
     placeholder = open_source(f"wds:{tmp_path}/data-{{split}}-*.tar", "train")  # data.source as written
     assert isinstance(placeholder, ShardSource) and placeholder.paths == train.paths
-    only_first = ShardSource(str(tmp_path / "data-train-{0000,0009}.tar"), "train")
+    only_first = ShardSource(str(tmp_path / "data-train-{0000,0000}.tar"), "train")
     assert len(only_first) == 5
     write_split(str(tmp_path / "plain-%04d.tar"), 3)  # a pattern without a split name: the training split
-    assert len(ShardSource(str(tmp_path / "plain-{0000..0001}.tar"), "train")) == 3
-    with pytest.raises(FileNotFoundError, match=r"plain-\{0000..0001\}.tar: no test split \(found train\)"):
-        ShardSource(str(tmp_path / "plain-{0000..0001}.tar"), "test")
+    assert len(ShardSource(str(tmp_path / "plain-{0000..0000}.tar"), "train")) == 3
+    with pytest.raises(FileNotFoundError, match=r"plain-\{0000..0000\}.tar: no test split \(found train\)"):
+        ShardSource(str(tmp_path / "plain-{0000..0000}.tar"), "test")
 
 
 def test_counts_are_found_once_and_again_when_a_shard_changes(tmp_path, monkeypatch):
@@ -105,8 +107,45 @@ def test_shards_without_labels_or_anything_are_one_line(tmp_path):
 def test_brace_ranges_keep_their_zero_padding(tmp_path):
     for name in ("s-08.tar", "s-09.tar", "s-10.tar"):
         Path(tmp_path / name).write_bytes(b"")
-    assert [p.name for p in shard_index.expand(str(tmp_path / "s-{08..10}.tar"))] == [
+    assert [p.name for p in shard_index.expand(str(tmp_path / "s-{08..10}.tar")).files] == [
         "s-08.tar",
         "s-09.tar",
         "s-10.tar",
     ]
+
+
+@pytest.fixture
+def partial_shards(tmp_path):
+    """6 of the 12 training shards and 3 of the 4 test shards of write_small_shards, without dataset.json."""
+    root = write_small_shards(tmp_path)
+    for name in [f"train-{k:06d}.tar" for k in range(6, 12)] + ["test-000003.tar", "dataset.json"]:
+        (root / name).unlink()
+    return root
+
+
+def test_a_name_a_pattern_spells_that_names_no_file_is_an_error_naming_it(partial_shards, capsys, tmp_path):
+    pattern = f"{partial_shards}/{{split}}-{{000000..000009}}.tar"
+    spelled = f"{partial_shards}/train-{{000000..000009}}.tar"
+    message = (
+        f"{partial_shards}/train-000006.tar: missing shard (4 of the 10 names {spelled} spells are missing)"
+    )
+    for args in (
+        ["data", "info", f"wds:{pattern}"],
+        ["train", "--out", str(tmp_path / "run"), "--steps", "5", *TINY_RECIPE, f"data.source=wds:{pattern}"],
+    ):
+        assert cli.main(args) == 2
+        error = capsys.readouterr().err
+        assert error.count("\n") == 1 and error.rstrip().endswith(message), error
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(FileNotFoundError, match=r"test-000003.tar: missing shard \(3 of the 6 names "):
+        ShardSource(f"{partial_shards}/{{split}}-{{000000..000005}}.tar", "train")  # test: 3 of 6 missing
+    with pytest.raises(FileNotFoundError, match=r"train-000007.tar: missing shard \(1 of the 2 names "):
+        ShardSource(f"{partial_shards}/train-{{000000,000007}}.tar", "train")
+    with pytest.raises(FileNotFoundError, match=r"/nothing-\*.tar: matches no file$"):
+        ShardSource(f"{partial_shards}/nothing-*.tar", "train")
+    with pytest.raises(FileNotFoundError, match=r"/train-9\*.tar: matches no file \(2 of the 2 names"):
+        ShardSource(f"{partial_shards}/{{train,val}}-9*.tar", "train")
+    # the names that exist, all of them: read as before; an evaluation split made by replacing `train` takes
+    # what exists (test-{000000..000005}: 3 of 6)
+    assert len(ShardSource(f"{partial_shards}/train-{{000000..000005}}.tar", "train")) == 30
+    assert len(ShardSource(f"{partial_shards}/train-{{000000..000005}}.tar", "test")) == 15

@@ -3,6 +3,7 @@ run directory that predict, eval and convert read; its features cached per weigh
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import vitkit
 from image_collections import write_folder, write_packed
@@ -81,16 +83,26 @@ def test_a_second_fit_computes_only_new_or_changed_files(weights, photos, tmp_pa
     assert first["features_computed"] in (0, 80)  # 0: another test of this module filled the cache
     again = fit(weights, photos, tmp_path / "again", "train.linear_l2=[4, 16]")
     assert again["features_computed"] == 0 and again["l2"] in (4.0, 16.0)
-    copied = next((photos / "train").glob("*/*.png"))
-    added = copied.with_name("added.png")
-    added.write_bytes(copied.read_bytes())
-    changed = next((photos / "test").glob("*/*.png"))
-    os.utime(changed, ns=(changed.stat().st_atime_ns, changed.stat().st_mtime_ns + 10**9))
+    train = sorted((photos / "train").glob("*/*.png"))
+    copied = train[0].with_name("copied.png")  # a copy: the same content, its features cached
+    copied.write_bytes(train[0].read_bytes())
+    added = train[0].with_name("added.png")  # new content
+    added.write_bytes(train[1].read_bytes() + b"\0")  # a byte after the PNG's end: other content
+    touched = next((photos / "test").glob("*/*.png"))  # a new modification time, the same content
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    changed = sorted((photos / "test").glob("*/*.png"))[-1]  # rewritten in place: size and time kept
+    original, stat = changed.read_bytes(), changed.stat()
+    flat = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 10, 10)).save(flat, format="PNG")  # smaller than any of the photos
+    changed.write_bytes(flat.getvalue().ljust(stat.st_size, b"\0"))
+    os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     try:
         third = fit(weights, photos, tmp_path / "third")
     finally:
+        copied.unlink()
         added.unlink()
-    assert third["features_computed"] == 2 and third["train_images"] == 61
+        changed.write_bytes(original)
+    assert third["features_computed"] == 2 and third["train_images"] == 62
 
 
 def test_the_features_key_ignores_the_head(tiny_vit):

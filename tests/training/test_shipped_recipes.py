@@ -40,6 +40,17 @@ def test_a_path_is_read_as_that_file_even_where_a_name_matches(tmp_path, monkeyp
     assert load_config("photos_finetune").train.steps != 7  # the bare name is still the shipped recipe
 
 
+def test_a_bare_name_is_the_shipped_recipe_even_beside_a_file_of_that_name(tmp_path, monkeypatch):
+    """Only a path given as such (`.toml`, or a `/`) reads a file that shares a shipped recipe's name."""
+    monkeypatch.chdir(tmp_path)
+    Path("photos_linear").write_text("[train]\nsteps = 7\n")
+    assert recipe_file("photos_linear") == RECIPES_DIR / "photos_linear.toml"
+    assert load_config("photos_linear").train.steps != 7
+    assert load_config("./photos_linear").train.steps == 7  # a `/`: that file
+    Path("mine").write_text("[train]\nsteps = 5\n")
+    assert load_config("mine").train.steps == 5  # no shipped recipe of that name: the file
+
+
 def test_an_unknown_name_lists_the_shipped_ones(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(

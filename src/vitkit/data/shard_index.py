@@ -109,9 +109,8 @@ def packed_index(directory: str, info: bytes, split: str) -> ShardIndex:
     counts = [shard["images"] for shard in shards]
     paths: list[ShardFile]
     if is_url(directory):
-        found = {shard.url: shard for shard in existing(wanted)}
-        missing = [url for url in wanted if url not in found]
-        paths = [found[url] for url in wanted if url in found]
+        shards, missing = existing(wanted)
+        paths = list(shards)
     else:
         missing = [p for p in wanted if not Path(p).is_file()]
         paths = [Path(p) for p in wanted]
@@ -181,9 +180,15 @@ def split_files(location: str) -> dict[str, list[ShardFile]]:
             pattern = location.replace("train", split)
         else:
             continue
-        files = expand(pattern)
-        if files:
-            found[split] = files
+        expansion = expand(pattern)
+        # The names the user wrote for a split must all exist: the training split's, and with `{split}` those of
+        # each evaluation split that has any (one that has none is absent). An evaluation pattern made by
+        # replacing `train` takes what exists: an evaluation split has its own, usually smaller, shard count.
+        spelled = split == "train" or ("{split}" in location and bool(expansion.files))
+        if expansion.absent and spelled:
+            raise FileNotFoundError(expansion.absent_message(pattern))
+        if expansion.files:
+            found[split] = expansion.files
     return found
 
 
@@ -199,9 +204,29 @@ def _tars_in(directory: str) -> list[ShardFile]:
     return list(sorted(Path(directory).glob("*.tar")))
 
 
-def expand(pattern: str) -> list[ShardFile]:
-    """The existing files a brace pattern ({0000..0099} ranges, zero-padded as written; {a,b} choices) with
-    shell wildcards names, in order and without repeats."""
+@dataclass(frozen=True)
+class Expansion:
+    """What a pattern names: the existing files, in order and without repeats; the names it spells that name no
+    file and the wildcards that match none; how many names and wildcards it spells."""
+
+    files: list[ShardFile]
+    absent: list[str]
+    spelled: int
+
+    def absent_message(self, pattern: str) -> str:
+        """One line naming the first absent name and how many of the pattern's are absent."""
+        first = self.absent[0]
+        what = "matches no file" if glob.has_magic(first) else "missing shard"
+        if self.spelled == 1:
+            return f"{first}: {what}"
+        return (
+            f"{first}: {what} ({len(self.absent)} of the {self.spelled} names {pattern} spells are missing)"
+        )
+
+
+def expand(pattern: str) -> Expansion:
+    """The files a brace pattern ({0000..0099} ranges, zero-padded as written; {a,b} choices) with shell
+    wildcards names, and the names it spells that name none."""
     names = [pattern]
     for regex, options in ((_RANGE, _range_options), (_CHOICE, lambda m: m.group(1).split(","))):
         expanded = []
@@ -209,13 +234,17 @@ def expand(pattern: str) -> list[ShardFile]:
             expanded += _expand_all(name, regex, options)
         names = expanded
     if is_url(pattern):
-        return list(existing(names))
+        shards, absent = existing(names)
+        return Expansion(list(shards), absent, len(names))
     files: dict[str, None] = {}
+    absent = []
     for name in names:
-        for match in sorted(glob.glob(name)) if glob.has_magic(name) else [name]:
-            if Path(match).is_file():
-                files[match] = None
-    return [Path(f) for f in files]
+        matches = sorted(glob.glob(name)) if glob.has_magic(name) else [name]
+        matches = [match for match in matches if Path(match).is_file()]
+        if not matches:
+            absent.append(name)
+        files.update(dict.fromkeys(matches))
+    return Expansion([Path(f) for f in files], absent, len(names))
 
 
 def _range_options(match: re.Match[str]) -> list[str]:

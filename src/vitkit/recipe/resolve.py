@@ -186,15 +186,20 @@ def _resumed(request: RecipeRequest, say: Say) -> RunConfig:
 
 
 def recipe_file(name_or_path: str | os.PathLike) -> Path:
-    """The TOML file a `--config` names: an existing file as given, else a shipped recipe of that name (with or
-    without `.toml`; vitkit.configs). Neither is a FileNotFoundError that lists the shipped names."""
-    path = Path(name_or_path)
+    """The TOML file a `--config` names. A bare name (no `/`, no `.toml`) is the shipped recipe of that name
+    (vitkit.configs) even where a file of that name lies in the current directory, so a stray file cannot stand
+    in for a recipe unseen; a path (a `/` or `.toml`) is that file, else the shipped recipe of its stem. Neither
+    is a FileNotFoundError that lists the shipped names."""
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    bare = not any(sep in text for sep in ("/", os.sep)) and path.suffix in ("", SUFFIX)
+    shipped = RECIPES_DIR / f"{path.stem}{SUFFIX}" if bare else None
+    if shipped is not None and path.suffix == "" and shipped.is_file():
+        return shipped
     if path.is_file():
         return path
-    if path.parent == Path(".") and path.suffix in ("", SUFFIX):
-        shipped = RECIPES_DIR / f"{path.stem}{SUFFIX}"
-        if shipped.is_file():
-            return shipped
+    if shipped is not None and shipped.is_file():
+        return shipped
     raise FileNotFoundError(
         f"{name_or_path}: no such config file or shipped recipe (shipped: {', '.join(shipped_recipes())})"
     )
