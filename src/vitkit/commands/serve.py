@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         max_pixels=args.max_pixels,
         max_pixels_in_flight=args.max_pixels_in_flight,
         decode_threads=args.decode_threads,
+        pixel_wait_s=args.pixel_wait,
         read_timeout_s=args.read_timeout,
         min_body_rate=args.min_body_rate * KIB,
         top=args.top,

@@ -32,7 +32,7 @@ from vitkit.service.batcher import Batcher, NotServing, Overloaded
 from vitkit.service.connections import ConnectionLimits
 from vitkit.service.limits import GONE, ASGIApp, BodyBounds, BodyLimits, Message, RequestRefused
 from vitkit.service.metrics import Metrics
-from vitkit.service.pixels import PixelBudget
+from vitkit.service.pixels import PixelBudget, return_large_images_to_the_system
 from vitkit.service.served_model import Explained, ServedModel
 from vitkit.service.server import MODEL_STOP_SECONDS
 from vitkit.service.truncation import png_shortfall
@@ -102,6 +102,7 @@ class Service:
         )
         self.decoders = ThreadPoolExecutor(options.decode_threads, thread_name_prefix="vitkit-decode")
         self.pixels = PixelBudget(options.pixels_in_flight, options.pixel_wait_s)
+        return_large_images_to_the_system()
         self.admitted = 0  # images decoded or queued now; touched on the event loop only
 
     @contextlib.contextmanager

@@ -12,9 +12,20 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from PIL import Image
+
 from vitkit.service.limits import RequestRefused
 
 BYTES_PER_PIXEL = 16  # the peak of decode + preprocess, measured on a 9000x9000 RGB PNG (SERVING.md)
+# Pillow allocates a large image in blocks of 16 MiB, which glibc serves from the decoding thread's arena once its
+# mmap threshold has grown past them: freed, they stay in that arena, and each decoding thread kept a whole image's
+# worth (324 MiB for 9000x9000). Blocks above glibc's largest threshold (32 MiB) are always mapped and unmapped.
+PILLOW_BLOCK_BYTES = 64 * 2**20
+
+
+def return_large_images_to_the_system() -> None:
+    """Make Pillow's blocks for large images big enough to be unmapped when freed (see PILLOW_BLOCK_BYTES)."""
+    Image.core.set_block_size(PILLOW_BLOCK_BYTES)
 
 
 class PixelBudget:
