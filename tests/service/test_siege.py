@@ -74,13 +74,17 @@ class Siege:
     host: str
     port: int
     slots: list[Hostile]
-    lifetimes: dict[str, list[tuple[float, bool, int]]] = field(default_factory=dict)  # kind -> (s, 408?, sent)
+    lifetimes: dict[str, list[tuple[float, bool, int]]] = field(
+        default_factory=dict
+    )  # kind -> (s, 408?, sent)
     refused_connects: int = 0
     selector: selectors.DefaultSelector = field(default_factory=selectors.DefaultSelector)
 
     def open(self, slot: Hostile, now: float) -> None:
         try:
-            connection = socket.create_connection((self.host, self.port), timeout=2, source_address=(slot.source, 0))
+            connection = socket.create_connection(
+                (self.host, self.port), timeout=2, source_address=(slot.source, 0)
+            )
         except OSError:
             self.refused_connects += 1
             slot.reopen_at = now + 1
@@ -156,9 +160,18 @@ def good_requests(url: str, seconds: float, outcomes: list[tuple[float, int | st
 
 
 def test_a_siege_of_slow_and_idle_connections_leaves_good_requests_answered(weights_dir: Path) -> None:
-    with enough_files(FILES_NEEDED + 512), serve_process(
-        str(weights_dir), "--precision", "fp32", "--max-pixels", "1000000", "--max-pixels-in-flight", "1000000"
-    ) as server:
+    with (
+        enough_files(FILES_NEEDED + 512),
+        serve_process(
+            str(weights_dir),
+            "--precision",
+            "fp32",
+            "--max-pixels",
+            "1000000",
+            "--max-pixels-in-flight",
+            "1000000",
+        ) as server,
+    ):
         host, port = server.url.removeprefix("http://").split(":")
         pid = server.process.pid
         start_rss = status_kib(pid, "VmRSS") / 1024
@@ -206,12 +219,14 @@ def test_a_siege_of_slow_and_idle_connections_leaves_good_requests_answered(weig
     assert in_time >= 0.95 * len(outcomes), outcomes
     # Every hostile connection is closed within its bound: a head (or an idle connection) within the head
     # timeout, a body at the latest when its schedule falls behind (5 s + bytes sent / 1 KiB/s), never past 30 s.
-    for life, answered_408, sent in siege.lifetimes.get("body", []):
+    for life, _, sent in siege.lifetimes.get("body", []):
         assert life <= min(READ_TIMEOUT, GRACE + sent / MIN_RATE) + SLACK_S
     for kind in ("head", "idle"):
         assert max(lives[kind]) <= HEAD_TIMEOUT + SLACK_S
     assert max(still_open, default=0) <= HEAD_TIMEOUT + SLACK_S
-    assert sum(answered_408 for _, answered_408, _ in siege.lifetimes["body"]) > 0  # told why, when not evicted
+    assert (
+        sum(answered_408 for _, answered_408, _ in siege.lifetimes["body"]) > 0
+    )  # told why, when not evicted
     # The documented bound for these settings (SERVING.md): bodies 8 x 16 MiB, 1e6 pixels x 16 bytes, 1,024
     # connections x 80 KiB.
     assert max(peak_rss) - start_rss <= 128 + 16 + 80

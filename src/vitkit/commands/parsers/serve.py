@@ -53,7 +53,12 @@ NUMBERS = [
     ("--keep-alive", positive_float, 5.0, "seconds an idle connection is kept open between requests"),
     ("--read-timeout", positive_float, 30.0, "seconds a client has to send its whole body; then 408"),
     ("--min-body-rate", positive_float, 1.0, "KiB/s a body must average after its first 5 s; slower is 408"),
-    ("--pixel-wait", positive_float, 10.0, "seconds an image waits for room among the pixels in flight; then 503"),
+    (
+        "--pixel-wait",
+        positive_float,
+        10.0,
+        "seconds an image waits for room among the pixels in flight; then 503",
+    ),
     ("--decode-threads", positive_int, 2, "threads decoding uploads, beside the model's thread"),
     (
         "--max-connections",
