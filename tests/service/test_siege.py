@@ -30,7 +30,7 @@ from service.test_hostile import png
 pytestmark = pytest.mark.slow
 
 SIEGE_SECONDS = float(os.environ.get("VITKIT_SIEGE_SECONDS", 60))  # CI runs the documented 60 s
-SLACK_S = 3.0  # a loaded 2-vCPU machine: timers fire late, the test's own loop is late to notice
+SLACK_S = 5.0  # a loaded 2-vCPU machine: accepts and timers run late, the test's own loop notices late
 HEAD_TIMEOUT, GRACE, MIN_RATE, READ_TIMEOUT = 10.0, 5.0, 1024.0, 30.0  # the defaults of `vitkit serve`
 FILES_NEEDED = 1512 + 256
 
