@@ -144,6 +144,21 @@ def test_a_trickling_body_gets_408_after_the_grace_however_its_bytes_are_spaced(
     assert GRACE - 0.1 < took < GRACE + 2  # the schedule allows 8 KiB/s x (t - 0.6 s), far above 10 bytes/s
 
 
+def test_slow_uploads_take_no_image_slot(weights_dir: Path) -> None:
+    """Two uploads trickling against a service with room for one image in progress: a good request is served."""
+    model = load_served_model(str(weights_dir), device="cpu", precision="fp32")
+    with running(model, ServiceOptions(max_queue=1, read_timeout_s=20)) as s:
+        slow = [connect(s.url) for _ in range(2)]
+        try:
+            for connection in slow:
+                connection.sendall(request_head(5000) + b"abc")
+            time.sleep(0.2)
+            assert post(s.url, photo(4)).status_code == 200
+        finally:
+            for connection in slow:
+                connection.close()
+
+
 def test_an_answer_sent_before_the_body_was_read_closes_the_connection(bounded: Served) -> None:
     with connect(bounded.url) as connection:
         connection.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc")
