@@ -1,9 +1,11 @@
 """The decoded pixels admitted at once: what bounds the service's memory, whatever the thread count.
 
-Decoding and preprocessing an image of P pixels takes up to about 16 P bytes at its peak (Pillow's 4-byte pixels,
-the uint8 array, the float32 copy the resize works on), so the service admits images, by the size their header
-declares, only while the pixels being decoded stay within `limit`; the next one waits up to `wait_s` for room,
-then is answered 503. `limit` is at least the largest image the service accepts, so every accepted image fits.
+Decoding and preprocessing an image of P pixels takes up to about 17 P bytes at its peak for an 8-bit image
+(Pillow's 4-byte pixels, the uint8 array, the float32 copy the resize works on), 19 P with transparency (the
+compositing onto white) and 27 P for 16-bit greyscale (its float64 conversion) (SERVING.md, "Memory"). So the
+service admits images, by the size their header declares, only while the pixels being decoded stay within
+`limit`; the next one waits up to `wait_s` for room, then is answered 503. `limit` is at least the largest image
+the service accepts, so every accepted image fits.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from PIL import Image
 
 from vitkit.service.limits import RequestRefused
 
-BYTES_PER_PIXEL = 16  # the peak of decode + preprocess, measured on a 9000x9000 RGB PNG (SERVING.md)
 # Pillow allocates a large image in blocks of 16 MiB, which glibc serves from the decoding thread's arena once its
 # mmap threshold has grown past them: freed, they stay in that arena, and each decoding thread kept a whole image's
 # worth (324 MiB for 9000x9000). Blocks above glibc's largest threshold (32 MiB) are always mapped and unmapped.

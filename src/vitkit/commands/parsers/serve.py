@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-pixels-in-flight",
         type=positive_int,
-        help="decoded pixels admitted at once, about 16 bytes of memory each; more wait, then 503 "
-        "(default: the pixel limit, one largest image at a time)",
+        help="decoded pixels admitted at once, 17 bytes of memory each at most (27 for 16-bit grey); more wait, "
+        "then 503 (default: the pixel limit, one largest image at a time)",
     )
     parser.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
