@@ -14,6 +14,7 @@ import os
 import re
 import resource
 import selectors
+import signal
 import socket
 import threading
 import time
@@ -26,6 +27,7 @@ import requests
 
 from service.conftest import photo, serve_process
 from service.test_hostile import png
+from vitkit.service.server import STOP_SECONDS
 
 pytestmark = pytest.mark.slow
 
@@ -136,11 +138,12 @@ class Siege:
                     with contextlib.suppress(OSError):
                         slot.sent += slot.connection.send(b"x" if slot.kind == "body" else b"X")
                     slot.next_byte = now + 1
-        ages = [time.monotonic() - s.opened for s in self.slots if s.connection is not None]
+        return [time.monotonic() - s.opened for s in self.slots if s.connection is not None]
+
+    def close(self) -> None:
         for slot in self.slots:
             if slot.connection is not None:
                 slot.connection.close()
-        return ages
 
 
 def good_requests(url: str, seconds: float, outcomes: list[tuple[float, int | str]]) -> None:
@@ -198,10 +201,17 @@ def test_a_siege_of_slow_and_idle_connections_leaves_good_requests_answered(weig
         good.join(15)
         stop.set()
         watcher.join(5)
-        metrics = requests.get(f"{server.url}/metrics", timeout=10).json()
-        assert requests.post(
-            f"{server.url}/predict", data=photo(8), headers={"Content-Type": "image/png"}, timeout=10
-        ).ok
+        try:
+            metrics = requests.get(f"{server.url}/metrics", timeout=10).json()
+            assert requests.post(
+                f"{server.url}/predict", data=photo(8), headers={"Content-Type": "image/png"}, timeout=10
+            ).ok
+            interrupted = time.monotonic()  # Ctrl-C with the hostile connections still open
+            server.process.send_signal(signal.SIGINT)
+            code = server.process.wait(STOP_SECONDS + 5)
+            stopped_in = time.monotonic() - interrupted
+        finally:
+            siege.close()
 
     answered = sorted(seconds for seconds, status in outcomes if status == 200)
     in_time = sum(seconds <= 2 for seconds in answered)
@@ -213,8 +223,10 @@ def test_a_siege_of_slow_and_idle_connections_leaves_good_requests_answered(weig
         f"p99 {p99:.3f} s; closed connections by kind (count, longest s): "
         + ", ".join(f"{kind} {len(v)} {max(v):.1f}" for kind, v in sorted(lives.items()))
         + f"; still open at the end {len(still_open)} (oldest {max(still_open, default=0):.1f} s); "
+        f"Ctrl-C then: exit {code} after {stopped_in:.1f} s; "
         f"RSS {start_rss:.0f} -> peak {max(peak_rss):.0f} MiB; connections_closed {metrics['connections_closed']}"
     )
+    assert code == 0 and stopped_in < STOP_SECONDS
     assert len(outcomes) >= SIEGE_SECONDS * 0.5
     assert in_time >= 0.95 * len(outcomes), outcomes
     # Every hostile connection is closed within its bound: a head (or an idle connection) within the head
