@@ -162,13 +162,18 @@ def damaged_exports(directory: Path) -> list[Path]:
 
 
 def test_a_damaged_export_is_exit_2_and_one_line_naming_it(tmp_path: Path) -> None:
-    for path in damaged_exports(tmp_path):
-        done = subprocess.run(
+    paths = damaged_exports(tmp_path)
+    started = [
+        subprocess.Popen(
             [sys.executable, "-m", "vitkit.cli", "serve", str(path), "--port", "0"],
-            capture_output=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
         )
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2 and len(lines) == 1, done.stderr
+        for path in paths
+    ]
+    for path, process in zip(paths, started, strict=True):
+        _, stderr = process.communicate(timeout=120)
+        lines = stderr.strip().splitlines()
+        assert process.returncode == 2 and len(lines) == 1, stderr
         assert lines[0].startswith(f"vitkit serve: error: {path}: "), lines
