@@ -57,12 +57,12 @@ def wait_ready(url: str, deadline: float = DEADLINE) -> None:
 
 
 @contextlib.contextmanager
-def running(model: ServedModel, options: ServiceOptions, max_connections: int = 64) -> Iterator[Served]:
+def running(model: ServedModel, options: ServiceOptions) -> Iterator[Served]:
     """The service on a free port, in a thread; stopped (uvicorn's graceful shutdown) afterwards."""
     app, service = asgi_app(model, options)
     sock = bind("127.0.0.1", 0)
     url = address(sock)
-    uvicorn_server = server(app, max_connections)
+    uvicorn_server = server(app, options.connections, service.metrics.connection)
     thread = threading.Thread(target=uvicorn_server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

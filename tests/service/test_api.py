@@ -161,9 +161,10 @@ def test_a_stalled_upload_gets_408_and_does_not_block_others(weights_dir: Path) 
             )
             assert post(s.url, photo(9)).status_code == 200  # served while the slow upload waits
             reply = b""
-            while b"within" not in reply and (chunk := slow.recv(4096)):  # headers and body may come apart
+            while b"KiB/s" not in reply and (chunk := slow.recv(4096)):  # headers and body may come apart
                 reply += chunk
-        assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in reply
+        assert reply.startswith(b"HTTP/1.1 408") and b"arrived too slowly: 3 bytes" in reply
+        assert b"within 0.5 s" in reply
 
 
 class Blocking:
@@ -213,3 +214,22 @@ def test_bad_weights_and_a_busy_port_are_one_line_errors(
         assert cli.main(["serve", str(weights_dir), "--port", str(port), "--precision", "fp32"]) == 1
     error = capsys.readouterr().err.strip().splitlines()
     assert error[-1].startswith("vitkit serve: error: ") and f"cannot listen on 127.0.0.1:{port}" in error[-1]
+
+
+def test_more_connections_than_the_hard_file_limit_allows_is_one_line() -> None:
+    import resource
+
+    from vitkit.commands.serve import raise_file_limit
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit on open files here")
+    with pytest.raises(ValueError, match=rf"--max-connections {hard} needs {hard + 128} open files, above"):
+        raise_file_limit(hard)
+    low = min(1024, hard - 200)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (low, hard))
+    try:
+        raise_file_limit(low)  # within the hard limit: the soft one is raised as far as needed
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == low + 128
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -1,15 +1,18 @@
 """The HTTP API and the page, on FastAPI: `/predict`, `/predict/batch`, `/health`, `/ready`, `/metrics`, `/info`.
 
 Every refusal is a 4xx or 503 with {"error": "<one line>"}, and nothing a request sends can stop the service:
-bodies are bounded (vitkit.service.limits), images are decoded by vitkit's decoder with its pixel limit (a
-decompression bomb is refused from its header), and at most `max_queue` images are admitted at once (read,
-decoded or waiting for the model); past that the answer is 503 with Retry-After, before the body is read.
+connections are bounded (vitkit.service.connections) and bodies too (vitkit.service.limits), both before a
+request takes any of the service's room; images are decoded by vitkit's decoder with its pixel limit (a
+decompression bomb is refused from its header), a truncated PNG is refused (vitkit.service.truncation), the pixels
+being decoded at once are bounded (vitkit.service.pixels), and at most `max_queue` images whose body has arrived
+are admitted at once (decoded or waiting for the model); past that the answer is 503 with Retry-After.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
@@ -24,13 +27,20 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from vitkit.data.decode import decode_image
+from vitkit.data.decode import decode_image, image_size, max_pixels_limit
 from vitkit.service.batcher import Batcher, NotServing, Overloaded
-from vitkit.service.limits import ASGIApp, BodyLimits, Message, RequestRefused
+from vitkit.service.connections import ConnectionLimits
+from vitkit.service.limits import GONE, ASGIApp, BodyBounds, BodyLimits, Message, RequestRefused
 from vitkit.service.metrics import Metrics
+from vitkit.service.pixels import PixelBudget, return_large_images_to_the_system
 from vitkit.service.served_model import Explained, ServedModel
+from vitkit.service.server import MODEL_STOP_SECONDS
+from vitkit.service.truncation import png_shortfall
 
 RAW_TYPES = ("application/octet-stream",)  # besides image/*
+BODIES_HELD = 8
+UNREAD_BODY = (408, 413)
+log = logging.getLogger("vitkit.serve")
 ROUTES = ("/", "/info", "/health", "/ready", "/metrics", "/predict", "/predict/batch")
 
 
@@ -45,16 +55,35 @@ class ServiceOptions:
     max_pixels: int | None = (
         None  # None: vitkit.data.decode's limit ($VITKIT_MAX_IMAGE_PIXELS or ~89.5 Mpixel)
     )
+    max_pixels_in_flight: int | None = None  # None: the pixel limit in force (one largest image at a time)
     decode_threads: int = 2
     read_timeout_s: float = 30.0
+    min_body_rate: float = 1024.0  # bytes/s, after the body's first body_grace_s
+    body_grace_s: float = 5.0
+    pixel_wait_s: float = 10.0  # how long an image waits for room among the pixels in flight, then 503
     top: int = 5
+    connections: ConnectionLimits = ConnectionLimits()
 
     def __post_init__(self) -> None:
         for name in ("max_batch", "max_queue", "max_upload_bytes", "decode_threads", "top"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.max_wait_ms < 0 or self.read_timeout_s <= 0:
-            raise ValueError("max_wait_ms must be >= 0 and read_timeout_s > 0")
+        if self.max_wait_ms < 0 or self.read_timeout_s <= 0 or self.min_body_rate <= 0:
+            raise ValueError("max_wait_ms must be >= 0, read_timeout_s and min_body_rate > 0")
+        if self.pixels_in_flight < max_pixels_limit(self.max_pixels):
+            raise ValueError(
+                f"max_pixels_in_flight ({self.pixels_in_flight:,}) must be at least the pixel limit "
+                f"({max_pixels_limit(self.max_pixels):,}): a largest image would never be admitted"
+            )
+
+    @property
+    def pixels_in_flight(self) -> int:
+        return self.max_pixels_in_flight or max_pixels_limit(self.max_pixels)
+
+    @property
+    def body_budget_bytes(self) -> int:
+        """Bytes of request bodies held at once: room for BODIES_HELD bodies of the largest size."""
+        return BODIES_HELD * self.max_upload_bytes
 
 
 class Service:
@@ -72,7 +101,9 @@ class Service:
             max_queue=options.max_queue,
         )
         self.decoders = ThreadPoolExecutor(options.decode_threads, thread_name_prefix="vitkit-decode")
-        self.admitted = 0  # images read, decoded or queued now; touched on the event loop only
+        self.pixels = PixelBudget(options.pixels_in_flight, options.pixel_wait_s)
+        return_large_images_to_the_system()
+        self.admitted = 0  # images decoded or queued now; touched on the event loop only
 
     @contextlib.contextmanager
     def admission(self, images: int) -> Iterator[None]:
@@ -88,9 +119,15 @@ class Service:
             self.admitted -= images
 
     async def classify(self, data: bytes, name: str, explain: bool = False) -> torch.Tensor | Explained:
-        """Decode and preprocess off the event loop and off the model thread, then wait for the model."""
+        """Decode and preprocess off the event loop and off the model thread, within the pixel budget, then wait
+        for the model."""
         loop = asyncio.get_running_loop()
-        pixels = await loop.run_in_executor(self.decoders, self.decode, data, name)
+        try:
+            width, height = image_size(data, name=name, max_pixels=self.options.max_pixels)
+        except ValueError as error:  # not an image, too many pixels
+            raise RequestRefused(400, " ".join(str(error).split())) from None
+        async with self.pixels.hold(width * height):
+            pixels = await loop.run_in_executor(self.decoders, self.decode, data, name)
         try:
             future = self.batcher.submit(pixels, explain)
         except (Overloaded, NotServing) as error:
@@ -98,6 +135,9 @@ class Service:
         return await asyncio.wrap_future(future)
 
     def decode(self, data: bytes, name: str) -> torch.Tensor:
+        shortfall = png_shortfall(data, name)
+        if shortfall is not None:
+            raise RequestRefused(400, shortfall)
         try:
             return self.model.preprocess(decode_image(data, name=name, max_pixels=self.options.max_pixels))
         except ValueError as error:  # ImageDecodeError: not an image, truncated, too many pixels, ...
@@ -147,14 +187,19 @@ def create_app(model: ServedModel, options: ServiceOptions | None = None) -> tup
         try:
             yield
         finally:  # uvicorn has answered every request it accepted: the queue is empty or drains here
-            await asyncio.to_thread(service.batcher.stop, 30.0)
+            await asyncio.to_thread(service.batcher.stop, MODEL_STOP_SECONDS)
             service.decoders.shutdown(wait=False, cancel_futures=True)
 
     app = FastAPI(title="vitkit serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(RequestRefused)
     async def refused(request: Request, error: RequestRefused) -> JSONResponse:
-        headers = {"Retry-After": "1"} if error.status == 503 else None
+        if error.status == GONE:
+            client = request.client.host if request.client else "a client"
+            log.warning("%s %s from %s: %s", request.method, request.url.path, client, error.reason)
+        headers = {"Retry-After": "1"} if error.status == 503 else {}
+        if error.status in UNREAD_BODY:  # the rest of the body is not read: the connection closes after this
+            headers["Connection"] = "close"
         return JSONResponse({"error": error.reason}, status_code=error.status, headers=headers)
 
     @app.exception_handler(HTTPException)
@@ -192,7 +237,7 @@ def create_app(model: ServedModel, options: ServiceOptions | None = None) -> tup
 
     @app.get("/metrics")
     async def metrics() -> dict[str, Any]:
-        return service.metrics.snapshot(service.batcher.queued)
+        return service.metrics.snapshot(service.batcher.queued, service.pixels.in_flight)
 
     @app.post("/predict")
     async def predict(
@@ -201,8 +246,8 @@ def create_app(model: ServedModel, options: ServiceOptions | None = None) -> tup
         rollout: bool = Query(False, description="also the attention rollout (PyTorch ViTs)"),
     ) -> dict[str, Any]:
         start = time.perf_counter()
+        data, name = await read_upload(request)
         with service.admission(1):
-            data, name = await read_upload(request)
             result = await service.classify(data, name, explain=rollout)
         body: dict[str, Any] = {"model": model.info()}
         if isinstance(result, Explained):
@@ -283,5 +328,12 @@ def asgi_app(model: ServedModel, options: ServiceOptions | None = None) -> tuple
     """What the server runs: the app behind the body limits, every request counted."""
     options = options or ServiceOptions()
     app, service = create_app(model, options)
-    limited = BodyLimits(app, options.max_upload_bytes, options.read_timeout_s)
+    bounds = BodyBounds(
+        options.max_upload_bytes,
+        options.read_timeout_s,
+        options.min_body_rate,
+        options.body_budget_bytes,
+        options.body_grace_s,
+    )
+    limited = BodyLimits(app, bounds)
     return recorded(limited, service.metrics), service

@@ -1,4 +1,5 @@
-"""The service's counters for `/metrics`: requests by route and status, batch sizes, latency percentiles.
+"""The service's counters for `/metrics`: requests by route and status (499: the client went away before its
+body arrived), connections closed by a bound and why, batch sizes, latency percentiles.
 
 Updated from the event loop (requests) and the model thread (batches), hence the lock. Latency percentiles are
 over the last `WINDOW` answered requests, so memory stays bounded however long the service runs.
@@ -26,6 +27,7 @@ class Metrics:
         self._lock = threading.Lock()
         self._started = time.monotonic()
         self._requests: Counter[tuple[str, int]] = Counter()
+        self._connections: Counter[str] = Counter()
         self._batch_sizes: Counter[int] = Counter()
         self._latencies: deque[float] = deque(maxlen=WINDOW)
         self._images = 0
@@ -36,12 +38,17 @@ class Metrics:
             if status < 400:
                 self._latencies.append(seconds)
 
+    def connection(self, event: str) -> None:
+        """A connection closed or refused by a bound (vitkit.service.connections names the events)."""
+        with self._lock:
+            self._connections[event] += 1
+
     def batch(self, size: int) -> None:
         with self._lock:
             self._batch_sizes[size] += 1
             self._images += size
 
-    def snapshot(self, queued: int) -> dict[str, Any]:
+    def snapshot(self, queued: int, pixels_in_flight: int = 0) -> dict[str, Any]:
         with self._lock:
             batches = sum(self._batch_sizes.values())
             latencies = sorted(self._latencies)
@@ -51,11 +58,13 @@ class Metrics:
             return {
                 "uptime_s": round(time.monotonic() - self._started, 3),
                 "requests": requests,
+                "connections_closed": dict(sorted(self._connections.items())),
                 "images_predicted": self._images,
                 "batches": batches,
                 "mean_batch_size": self._images / batches if batches else None,
                 "batch_sizes": {str(size): n for size, n in sorted(self._batch_sizes.items())},
                 "queued_images": queued,
+                "pixels_in_flight": pixels_in_flight,
                 "latency_ms": {
                     "window": len(latencies),
                     **{

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -164,12 +165,23 @@ def explained(model: VisionTransformer, image: torch.Tensor) -> Explained:
     return Explained(probs, rollout[0].float().cpu())
 
 
+def unreadable(path: str, what: str, error: Exception) -> ValueError:
+    why = " ".join(f"{type(error).__name__}: {error}".split())
+    return ValueError(f"{path}: cannot read it as {what} ({why})")
+
+
 def load_onnx(path: str) -> ServedModel:
-    metadata = read_onnx_metadata(path)
+    """The file's metadata and an ONNX Runtime session made now, so that a damaged file fails as it loads."""
+    try:
+        metadata = read_onnx_metadata(path)
+        run = runner(path, threads=torch.get_num_threads())
+    except (ValueError, ImportError):
+        raise
+    except Exception as error:  # protobuf's DecodeError, ONNX Runtime's errors on a graph it cannot load, ...
+        raise unreadable(path, "a vitkit ONNX export", error) from None
 
     @contextlib.contextmanager
     def open_session(batch_size: int) -> Iterator[Session]:
-        run = runner(path, threads=torch.get_num_threads())
         yield Session(
             lambda x: torch.from_numpy(run(x.numpy())).softmax(-1),
             None,
@@ -181,7 +193,19 @@ def load_onnx(path: str) -> ServedModel:
 
 
 def load_exported_program(path: str) -> ServedModel:
-    module, metadata = load_program(path)
+    """The program and its metadata; torch's own log of a failed load (a traceback as warnings) is kept quiet,
+    the one-line error says it."""
+    torch_export_log = logging.getLogger("torch.export")
+    level = torch_export_log.level
+    torch_export_log.setLevel(logging.CRITICAL)
+    try:
+        module, metadata = load_program(path)
+    except (ValueError, FileNotFoundError):
+        raise
+    except Exception as error:
+        raise unreadable(path, "a vitkit torch.export program", error) from None
+    finally:
+        torch_export_log.setLevel(level)
 
     @contextlib.contextmanager
     def open_session(batch_size: int) -> Iterator[Session]:

@@ -1,22 +1,27 @@
-"""The server around the app: uvicorn on a socket vitkit binds itself, so `--port 0` can report the port it got.
+"""The server around the app: uvicorn on a socket vitkit binds itself, so `--port 0` can report the port it got,
+speaking HTTP/1.1 through vitkit.service.connections' bounded protocol.
 
 uvicorn's graceful shutdown is the life cycle: on SIGTERM or SIGINT it closes the listening socket, closes idle
 connections, lets every request in progress be answered (within `GRACE_SECONDS`), then ends the app's lifespan,
-which stops the model thread once its queue is empty.
+which stops the model thread once its queue is empty (within `MODEL_STOP_SECONDS`): the process ends within
+`STOP_SECONDS` of the signal.
 """
 
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 
 import uvicorn
 
+from vitkit.service.connections import HEAD_BYTES, ConnectionLimits, bounded_protocol
 from vitkit.service.limits import ASGIApp
 
-GRACE_SECONDS = (
-    8  # requests in progress at SIGTERM have this long to be answered: the process ends within 10 s
+STOP_SECONDS = 10  # from SIGTERM or SIGINT to the end of `vitkit serve`, documented in SERVING.md
+GRACE_SECONDS = 6  # requests in progress at the signal have this long to be answered
+MODEL_STOP_SECONDS = (
+    2  # then the model thread this long to finish its queue; the rest is the interpreter's exit
 )
-KEEP_ALIVE_SECONDS = 5
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -38,15 +43,18 @@ def address(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
-def server(app: ASGIApp, max_connections: int, access_log: bool = False) -> uvicorn.Server:
-    """A uvicorn server for `app`; past `max_connections` open connections and requests it answers 503."""
+def server(
+    app: ASGIApp, limits: ConnectionLimits, count: Callable[[str], None], access_log: bool = False
+) -> uvicorn.Server:
+    """A uvicorn server for `app` whose connections keep `limits`; `count` hears why connections were closed."""
     config = uvicorn.Config(
         app,
+        http=bounded_protocol(limits, count),
         lifespan="on",
         access_log=access_log,
         log_level="info" if access_log else "warning",
-        limit_concurrency=max_connections,
-        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        timeout_keep_alive=limits.keep_alive_s,  # type: ignore[arg-type]  # uvicorn takes any number of seconds
         timeout_graceful_shutdown=GRACE_SECONDS,
+        h11_max_incomplete_event_size=HEAD_BYTES,
     )
     return uvicorn.Server(config)

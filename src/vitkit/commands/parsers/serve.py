@@ -44,9 +44,29 @@ NUMBERS = [
         "images in progress at most (read, decoded or queued); more are answered 503",
     ),
     ("--max-upload-mb", positive_float, 16.0, "largest request body in MiB; larger ones are answered 413"),
-    ("--read-timeout", positive_float, 30.0, "seconds a client has to send its body; then 408"),
+    (
+        "--header-timeout",
+        positive_float,
+        10.0,
+        "seconds a connection has to send a whole request head; then 408",
+    ),
+    ("--keep-alive", positive_float, 5.0, "seconds an idle connection is kept open between requests"),
+    ("--read-timeout", positive_float, 30.0, "seconds a client has to send its whole body; then 408"),
+    ("--min-body-rate", positive_float, 1.0, "KiB/s a body must average after its first 5 s; slower is 408"),
+    (
+        "--pixel-wait",
+        positive_float,
+        10.0,
+        "seconds an image waits for room among the pixels in flight; then 503",
+    ),
     ("--decode-threads", positive_int, 2, "threads decoding uploads, beside the model's thread"),
-    ("--max-connections", positive_int, 256, "open connections and requests at most; more are answered 503"),
+    (
+        "--max-connections",
+        positive_int,
+        1024,
+        "open connections at most; a new one replaces the oldest idle one, or is closed",
+    ),
+    ("--max-connections-per-client", positive_int, 64, "open connections from one client address at most"),
     ("--top", positive_int, 5, "classes per answer unless ?top=K asks"),
 ]
 
@@ -69,4 +89,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag, kind, default, text in NUMBERS:
         parser.add_argument(flag, type=kind, default=default, help=f"{text} (default {default:g})")
     add_max_pixels_argument(parser)
+    parser.add_argument(
+        "--max-pixels-in-flight",
+        type=positive_int,
+        help="decoded pixels admitted at once, 17 bytes of memory each at most (27 for 16-bit grey); more wait, "
+        "then 503 (default: the pixel limit, one largest image at a time)",
+    )
     parser.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
