@@ -2,8 +2,8 @@
 (vitkit.training.linear_head) is fitted on, so a second fit (another l2, a few more photos) costs seconds.
 
 A store holds the features of one model under one preprocessing: its key is a digest of the model's weights
-(the head's left out, so any class count shares it), its input size and channels, and the precision they were
-computed in. Inside, each image is keyed by its identity: a file's absolute path, size and modification time
+(the head's left out, so any class count shares it), its input size, channels, normalisation and pooling, and
+the precision they were computed in. Inside, each image is keyed by its identity: a file's absolute path, size and modification time
 (folder sources), else the split's description and the image's index (built-in and Hugging Face datasets, whose
 images do not change). Only the images not in the store go through the model. The store is one safetensors file
 under $VITKIT_CACHE/features (vitkit.cache), written atomically; one that cannot be read is computed again.
@@ -59,6 +59,8 @@ def store_path(model: Model, precision: Precision, **what: int) -> Path:
         "weights": weights_digest(model),
         "img_size": list(to_pair(config.img_size)),
         "in_chans": config.in_chans,
+        "mean_std": config.mean_std,  # the pixels' normalisation
+        "pooling": getattr(config, "classifier", None),  # 'token_gap' reads the same weights as 'token'
         "precision": precision.name,
         "device": precision.device.type,
     }
@@ -168,7 +170,9 @@ def split_features(
     if missing:
         config = model.config
         chunks = list(torch.tensor(missing, dtype=torch.int64).split(batch_size))
-        batches = eval_batches(source, chunks, to_pair(config.img_size), config.in_chans, precision.device)
+        batches = eval_batches(
+            source, chunks, to_pair(config.img_size), config.in_chans, precision.device, config.mean_std
+        )
         progress = tqdm(
             total=len(missing),
             unit="image",
