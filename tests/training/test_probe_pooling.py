@@ -75,3 +75,23 @@ def test_a_linear_fit_on_dinov2_like_weights_saves_the_features_it_was_fitted_on
     a, b = precompute(features, train.labels.numpy(), 10).affine(report["l2"])
     logits = model.head(torch.from_numpy(features)).detach().numpy()
     np.testing.assert_allclose(logits, features @ a + b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+def test_the_middle_path_tunes_the_last_block_under_the_probe_pooling(tmp_path: Path):
+    weights = tmp_path / "dinov2"
+    build_tiny_vit(**DINOV2_LIKE).save_pretrained(weights)
+    photos = write_folder(tmp_path / "photos")
+    argv = [
+        "finetune",
+        "--weights",
+        str(weights),
+        "--config",
+        "photos_last_blocks",
+        f"data.source=folder:{photos}",
+    ]
+    settings = ["model.img_size=32", "train.precision=fp32", "train.tuned_blocks=1", "train.epochs=2"]
+    assert cli.main([*argv, *settings, "--quiet", "--out", str(tmp_path / "run")]) == 0
+    model = vitkit.load_weights(tmp_path / "run")
+    assert model.config.classifier == "token_gap" and model.head.in_features == 64
+    assert model.config.mean_std == (IMAGENET_MEAN, IMAGENET_STD)
