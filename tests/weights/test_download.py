@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save
 
+from hub_cache import hub_snapshot
 from vitkit import cli, create_model, export_npz, load_weights, to_timm
 from vitkit.models import model_config
 from vitkit.weights import cached_files, download, hub
@@ -205,17 +206,6 @@ def test_create_model_with_pretrained_weights_for_fine_tuning(served, tiny, imag
         create_model("ViT-S/16", pretrained=url)
 
 
-def hub_snapshot(cache: Path, repo_id: str, files: dict[str, bytes]) -> None:
-    """The layout huggingface_hub leaves after a download: models--<org>--<name>/snapshots/<rev>/, refs/main."""
-    revision = "0123456789abcdef0123456789abcdef01234567"
-    repo = cache / ("models--" + repo_id.replace("/", "--"))
-    (repo / "snapshots" / revision).mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(revision)
-    for name, data in files.items():
-        (repo / "snapshots" / revision / name).write_bytes(data)
-
-
 def test_a_hub_id_loads_from_a_prefilled_cache_offline(tmp_path, monkeypatch, images):
     constants = pytest.importorskip("huggingface_hub.constants")
     torch.manual_seed(0)
@@ -276,7 +266,15 @@ def test_the_weights_command_lists_gets_and_locates(served, capsys):
         "ViT-B/16-i21k-in1k-384",
         "ViT-B/16-i21k-in1k-224",
     ]
-    assert rows[1].split()[1:] == ["ViT-B/16", "ImageNet-21k", "ImageNet-1k", "384", "1000"]  # not cached
+    assert rows[1].split()[1:] == [
+        "ViT-B/16",
+        "ImageNet-21k",
+        "ImageNet-1k",
+        "384",
+        "1000",
+        "apache-2.0",
+        "vit_models",
+    ]
     url = served.url(PATH)
     assert cli.main(["weights", "get", "--quiet", url]) == 0
     assert (

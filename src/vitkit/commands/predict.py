@@ -110,7 +110,12 @@ def classify(
             yield Prediction(str(path), error=str(error))
             continue
         pending.append(
-            (path, eval_transform(pixels[None].to(precision.device), config.img_size, config.in_chans))
+            (
+                path,
+                eval_transform(
+                    pixels[None].to(precision.device), config.img_size, config.in_chans, config.mean_std
+                ),
+            )
         )
         if len(pending) == args.batch_size:
             yield from flush()

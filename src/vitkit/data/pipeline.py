@@ -20,7 +20,7 @@ import torch
 
 from .batch import Batch
 from .source import ReadOptions, Source, StepPlan
-from .transforms import TrainTransform, resize_centre_crop
+from .transforms import MeanStd, TrainTransform, normalise, resize_centre_crop
 
 GATHER_SIDE = 256  # few-shot images of mixed sizes: shorter side to this, centre square kept
 
@@ -80,13 +80,19 @@ class TrainBatches:
 
 
 def eval_batches(
-    source: Source, chunks: list[torch.Tensor], img_size: tuple[int, int], in_chans: int, device: torch.device
+    source: Source,
+    chunks: list[torch.Tensor],
+    img_size: tuple[int, int],
+    in_chans: int,
+    device: torch.device,
+    mean_std: MeanStd = None,
 ) -> Iterator[Batch]:
-    """The samples of each chunk preprocessed for evaluation, on `device`, in chunk order; each batch names the
-    images it skipped."""
+    """The samples of each chunk preprocessed for evaluation (normalised with the weights' `mean_std`, a model
+    config's), on `device`, in chunk order; each batch names the images it skipped."""
     for batch in source.eval_batches(chunks, img_size, in_chans, device):
         check_read(source.options, batch)
-        yield Batch(batch.images.to(device), batch.labels.to(device), batch.indices, skipped=batch.skipped)
+        images = normalise(batch.images.to(device), mean_std)
+        yield Batch(images, batch.labels.to(device), batch.indices, skipped=batch.skipped)
 
 
 def gather_images(

@@ -32,6 +32,8 @@ NUM_STREAMS = 2 * INCEPTION_ATTEMPTS + 3
 LUMA = (0.299, 0.587, 0.114)  # ITU-R 601, as PIL's "L" conversion
 # A batch of same-size images, or images of several sizes one by one.
 Images = torch.Tensor | Sequence[torch.Tensor]
+# Per-channel (mean, std) of x = (pixels / 255 - mean) / std: a model config's `mean_std`; None is the paper's 0.5.
+MeanStd = tuple[Sequence[float], Sequence[float]] | None
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -93,6 +95,18 @@ def adapt_channels(x: torch.Tensor, in_chans: int | None) -> torch.Tensor:
     raise ValueError(f"cannot adapt {c}-channel images to in_chans={in_chans} (supported: 1->N, 3->1)")
 
 
+def normalise(x: torch.Tensor, mean_std: MeanStd) -> torch.Tensor:
+    """Inputs in [-1, 1] (the paper's: (pixels / 255 - 0.5) / 0.5) [B, C, h, w] as (pixels / 255 - mean) / std,
+    the normalisation other weights were trained with (ImageNet's or CLIP's mean and std); with None or 0.5 for
+    every channel they are returned as they are, so the paper's models get exactly the pixels they always had."""
+    if mean_std is None or all(value == 0.5 for values in mean_std for value in values):
+        return x
+    mean, std = (torch.tensor(v, dtype=x.dtype, device=x.device).view(1, -1, 1, 1) for v in mean_std)
+    if mean.shape[1] != x.shape[1] or std.shape[1] != x.shape[1]:
+        raise ValueError(f"mean_std has {mean.shape[1]} and {std.shape[1]} values for {x.shape[1]} channels")
+    return ((x + 1.0) * 0.5 - mean) / std
+
+
 def _check_uint8(images: torch.Tensor) -> None:
     """Both transforms take raw pixels, so that [0, 255] -> [-1, 1] is unambiguous."""
     if images.dtype != torch.uint8 or images.ndim != 4:
@@ -123,13 +137,17 @@ def resize_centre_crop(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
 
 
 def eval_transform(
-    images: torch.Tensor, img_size: int | tuple[int, int], in_chans: int | None = None
+    images: torch.Tensor,
+    img_size: int | tuple[int, int],
+    in_chans: int | None = None,
+    mean_std: MeanStd = None,
 ) -> torch.Tensor:
     """The paper's evaluation preprocessing: resize (and centre crop other aspect ratios) to the model size,
-    values to [-1, 1]. Any batch size, including one image, gives the same pixels."""
+    values to [-1, 1], or normalised with the weights' own `mean_std` (a model config's). Any batch size,
+    including one image, gives the same pixels."""
     _check_uint8(images)
     x = resize_centre_crop(images.float(), to_pair(img_size))
-    return adapt_channels(x / 127.5 - 1.0, in_chans)
+    return normalise(adapt_channels(x / 127.5 - 1.0, in_chans), mean_std)
 
 
 def inception_box(
@@ -169,9 +187,9 @@ class TrainTransform:
     usual augmentation of 28x28 and 32x32 images) or 'none' (resize only). `scale` is the inception area range
     (default (0.08, 1), or (0.25, 1) for inputs under 64 px), `ratio` its aspect range.
     Then an optional horizontal flip, optional RandAugment (per sample, keyed like the crop;
-    a Python loop, so slower), values to [-1, 1], and optional MixUp / CutMix (one draw per
-    batch from torch's RNG seeded with (seed, epoch, first index of the batch): reproducible
-    for the same batch composition, i.e. the same world size, unlike the per-sample draws).
+    a Python loop, so slower), values to [-1, 1] (or normalised with the weights' `mean_std`), and optional
+    MixUp / CutMix (one draw per batch from torch's RNG seeded with (seed, epoch, first index of the batch):
+    reproducible for the same batch composition, i.e. the same world size, unlike the per-sample draws).
 
     `augment` is the per-sample part: a sample gets the same pixels alone, in a batch of same-size images or in
     a list of images of several sizes, so DataLoader workers apply it to the files of a step and the engine to
@@ -193,6 +211,7 @@ class TrainTransform:
         in_chans: int | None = None,
         scale: tuple[float, float] | None = None,
         ratio: tuple[float, float] = (3 / 4, 4 / 3),
+        mean_std: MeanStd = None,
     ) -> None:
         if crop not in CROPS:
             raise ValueError(f"crop must be one of {CROPS}, got {crop!r}")
@@ -209,6 +228,7 @@ class TrainTransform:
         self.in_chans = in_chans
         self.scale = scale
         self.ratio = ratio
+        self.mean_std = mean_std
         self.randaugment: torch.nn.Module | None = None
         self.mix: torch.nn.Module | None = None
         if randaugment or mixup > 0 or cutmix > 0:  # torchvision's: its import costs seconds, paid only here
@@ -250,7 +270,7 @@ class TrainTransform:
         x = adapt_channels(x, self.in_chans)
         if self.randaugment is not None:
             x = self._randaugment(x, keys)
-        return x / 127.5 - 1.0
+        return normalise(x / 127.5 - 1.0, self.mean_std)
 
     def mix_batch(
         self, x: torch.Tensor, labels: torch.Tensor, indices: torch.Tensor, epoch: int

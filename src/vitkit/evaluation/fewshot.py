@@ -278,7 +278,7 @@ def extract_features(
     with eval_mode(model), torch.no_grad():
         for start in range(0, len(images), batch_size):
             batch = images[start : start + batch_size].to(device)
-            x = eval_transform(batch, config.img_size, config.in_chans)
+            x = eval_transform(batch, config.img_size, config.in_chans, config.mean_std)
             if param is not None:
                 x = x.to(param.dtype)
             with precision.autocast():

@@ -71,7 +71,7 @@ def evaluation_sums(
     skipped: list[str] = []
     numbered = rank_chunks(len(dataset), batch_size)
     batches = eval_batches(
-        dataset, [c for _, c in numbered], to_pair(config.img_size), config.in_chans, device
+        dataset, [c for _, c in numbered], to_pair(config.img_size), config.in_chans, device, config.mean_std
     )
     with eval_mode(model):
         for (number, _), batch in zip(numbered, batches, strict=True):

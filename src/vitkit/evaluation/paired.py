@@ -78,7 +78,7 @@ def predictions(
     with precision.inference(model) as inferred:
         for chunk in torch.arange(len(dataset)).split(batch_size):
             images = eval_transform(
-                dataset.images[chunk].to(precision.device), config.img_size, config.in_chans
+                dataset.images[chunk].to(precision.device), config.img_size, config.in_chans, config.mean_std
             )
             top1.append(inferred(images).argmax(-1).cpu())
     return torch.cat(top1)

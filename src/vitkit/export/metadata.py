@@ -17,8 +17,6 @@ from vitkit.models.config import ViTConfig, to_pair
 from vitkit.version import __version__
 
 METADATA_KEY = "vitkit"
-# eval_transform: pixels / 127.5 - 1, i.e. (pixels / 255 - 0.5) / 0.5 per channel.
-MEAN, STD = 0.5, 0.5
 RESIZE_RULE = (
     "bilinear with antialiasing, aspect ratio kept, until the image covers height x width; then the centre "
     "height x width window (a plain resize when the aspect ratios agree)"
@@ -45,6 +43,8 @@ def serving_metadata(model: nn.Module) -> dict[str, Any]:
     config = as_model(model).config
     channels, height, width = config.input_size
     names = getattr(model, "class_names", None)
+    # eval_transform's normalisation: the weights' own; 0.5 (pixels / 127.5 - 1) for the paper's.
+    mean, std = config.mean_std
     return {
         "format": "vitkit-serving-1",
         "vitkit_version": __version__,
@@ -55,10 +55,14 @@ def serving_metadata(model: nn.Module) -> dict[str, Any]:
         "input_size": [channels, height, width],
         "channels": CHANNEL_RULE,
         "decode": DECODE_STEPS,
-        "value_range": [-1.0, 1.0],
-        "mean": [MEAN] * channels,
-        "std": [STD] * channels,
-        "normalisation": "x = (pixels / 255 - mean) / std, i.e. pixels / 127.5 - 1",
+        "value_range": [
+            min(-m / s for m, s in zip(mean, std, strict=True)),
+            max((1 - m) / s for m, s in zip(mean, std, strict=True)),
+        ],
+        "mean": list(mean),
+        "std": list(std),
+        "normalisation": "x = (pixels / 255 - mean) / std"
+        + (", i.e. pixels / 127.5 - 1" if set(mean) | set(std) == {0.5} else ", per channel"),
         "resize": RESIZE_RULE,
         "num_classes": config.num_classes,
         "class_names": list(names) if names is not None else None,

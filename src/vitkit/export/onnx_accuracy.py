@@ -23,7 +23,8 @@ def onnx_top1(path: str | os.PathLike, dataset: Source, *, batch_size: int = EVA
     run = runner(path)
     chunks = list(torch.arange(len(dataset)).split(batch_size))
     hits = count = 0
-    for batch in eval_batches(dataset, chunks, (height, width), channels, torch.device("cpu")):
+    mean_std = (metadata["mean"], metadata["std"])
+    for batch in eval_batches(dataset, chunks, (height, width), channels, torch.device("cpu"), mean_std):
         logits = torch.from_numpy(run(batch.images.float().numpy()))
         hits += int((logits.argmax(-1) == batch.labels).sum())
         count += len(batch.labels)

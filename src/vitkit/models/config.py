@@ -201,6 +201,11 @@ class ResNetConfig:
         """(channels, height, width) of one input image."""
         return (self.in_chans, *to_pair(self.img_size))
 
+    @property
+    def mean_std(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """The paper's inputs in [-1, 1], as for its ViTs: 0.5 for every channel."""
+        return ((0.5,) * self.in_chans, (0.5,) * self.in_chans)
+
     def to_dict(self) -> dict[str, Any]:
         return {"model_type": self.model_type, **dataclasses.asdict(self)}
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from vitkit.data.transforms import eval_transform
+from vitkit.data.transforms import MeanStd, eval_transform
 from vitkit.device import resolve_device
 from vitkit.export.onnx_export import read_onnx_metadata, runner
 from vitkit.export.program_export import load_program
@@ -70,6 +70,7 @@ class ServedModel:
     num_classes: int
     class_names: list[str] | None
     open_session: Callable[[int], contextlib.AbstractContextManager[Session]] = field(repr=False)
+    mean_std: MeanStd = None  # the weights' normalisation (a config's, an export's metadata); None: [-1, 1]
     precision: str = "not decided yet"
     precision_reason: str = "the model thread decides it as it starts"
 
@@ -91,7 +92,7 @@ class ServedModel:
     def preprocess(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 [3, H, W] decoded pixels -> the model's [C, h, w] float32 input (`vitkit predict`'s transform)."""
         channels, height, width = self.input_size
-        return eval_transform(pixels[None], (height, width), channels)[0]
+        return eval_transform(pixels[None], (height, width), channels, self.mean_std)[0]
 
     def label(self, index: int) -> str:
         return self.class_names[index] if self.class_names else str(index)
@@ -151,6 +152,7 @@ def pytorch_model(model: Model, name: str, device: torch.device, precision: str)
         num_classes=config.num_classes,
         class_names=model.class_names,
         open_session=open_session,
+        mean_std=config.mean_std,
     )
 
 
@@ -236,6 +238,7 @@ def exported_model(
         num_classes=int(metadata["num_classes"]),
         class_names=metadata.get("class_names"),
         open_session=open_session,
+        mean_std=(metadata["mean"], metadata["std"]) if "mean" in metadata else None,
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.optim.swa_utils import AveragedModel
@@ -23,8 +24,9 @@ from vitkit.data import (
     open_source,
     steps_per_epoch,
 )
-from vitkit.models.config import config_from_dict
+from vitkit.models.config import ViTConfig, config_from_dict
 from vitkit.models.registry import Trainable, build_model, create_model
+from vitkit.models.registry import model_config as registered_config
 from vitkit.precision import Precision, autocast, model_signature, say_nothing, training_precision
 from vitkit.recipe.run_config import DataSection, RunConfig, TrainSection
 from vitkit.storage import CONFIG_NAME, pop_class_names
@@ -96,7 +98,11 @@ def build_run_model(
         model = load_weights(model_config.weights, **overrides)
     else:
         assert model_config.name is not None  # the recipe sets exactly one of name and weights
-        model = create_model(model_config.name, **{"num_classes": classes, **model_config.overrides})
+        fresh: dict[str, Any] = {"num_classes": classes}
+        if isinstance(registered_config(model_config.name), ViTConfig):
+            # From scratch: the paper's inputs in [-1, 1], whatever normalisation the family's weights had.
+            fresh |= {"image_mean": None, "image_std": None}
+        model = create_model(model_config.name, **{**fresh, **model_config.overrides})
     if model.config.num_classes != classes:
         needs = (
             f"the dataset has {classes} classes"
@@ -205,7 +211,8 @@ def use_cuda_graph(train: TrainSection, objective: Objective, device: torch.devi
 
 
 def train_transform(config: RunConfig, model: Trainable, num_classes: int) -> TrainTransform:
-    """The batched training augmentation of `config.data` for `model`'s input size and channels."""
+    """The batched training augmentation of `config.data` for `model`'s input size, channels and normalisation
+    (its weights' own: [-1, 1] for the paper's models and for any trained from scratch)."""
     data = config.data
     return TrainTransform(
         model.config.img_size,
@@ -217,4 +224,5 @@ def train_transform(config: RunConfig, model: Trainable, num_classes: int) -> Tr
         cutmix=data.cutmix,
         num_classes=num_classes,
         in_chans=model.config.in_chans,
+        mean_std=model.config.mean_std,
     )

@@ -2,15 +2,15 @@
 (vitkit.training.linear_head) is fitted on, so a second fit (another l2, a few more photos) costs seconds.
 
 A store holds the features of one model under one preprocessing: its key is a digest of the model's weights
-(the head's left out, so any class count shares it), its input size and channels, and the precision they were
-computed in. Inside, each image is keyed by its content: the sha256 of a file's bytes (folder sources; a file
-rewritten in place is new whatever its size and modification time, a file copied or moved is not), else the
-split's description and the image's index (built-in and Hugging Face datasets, whose images do not change). Only
-the images not in the store go through the model. The store is one safetensors file under
-$VITKIT_CACHE/features (vitkit.cache), written atomically with a sha256 of its keys and features that every read
-checks: a file that does not match (a flipped bit) or cannot be read is never used, one line says so, and its
-features are computed again. Fits writing the same store at once take turns under a lock on `<store>.lock`, each
-merging what the other wrote, so neither's features are lost.
+(the head's left out, so any class count shares it), its input size, channels, normalisation and pooling, and
+the precision they were computed in. Inside, each image is keyed by its content: the sha256 of a file's bytes
+(folder sources; a file rewritten in place is new whatever its size and modification time, a file copied or
+moved is not), else the split's description and the image's index (built-in and Hugging Face datasets, whose
+images do not change). Only the images not in the store go through the model. The store is one safetensors file
+under $VITKIT_CACHE/features (vitkit.cache), written atomically with a sha256 of its keys and features that every
+read checks: a file that does not match (a flipped bit) or cannot be read is never used, one line says so, and
+its features are computed again. Fits writing the same store at once take turns under a lock on `<store>.lock`,
+each merging what the other wrote, so neither's features are lost.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def store_path(model: Model, precision: Precision, **what: int) -> Path:
         "weights": weights_digest(model),
         "img_size": list(to_pair(config.img_size)),
         "in_chans": config.in_chans,
+        "mean_std": config.mean_std,  # the pixels' normalisation
+        "pooling": getattr(config, "classifier", None),  # 'token_gap' reads the same weights as 'token'
         "precision": precision.name,
         "device": precision.device.type,
     }
@@ -253,7 +255,9 @@ def split_features(
     if missing:
         config = model.config
         chunks = list(torch.tensor(missing, dtype=torch.int64).split(batch_size))
-        batches = eval_batches(source, chunks, to_pair(config.img_size), config.in_chans, precision.device)
+        batches = eval_batches(
+            source, chunks, to_pair(config.img_size), config.in_chans, precision.device, config.mean_std
+        )
         progress = tqdm(
             total=len(missing),
             unit="image",

@@ -8,7 +8,7 @@ eval and convert read like any other.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -32,6 +32,7 @@ from vitkit.training.objectives import objective_for
 from vitkit.training.provenance import record_start, start_record
 from vitkit.training.report import CONFUSION_NAME, count_skipped, write_report
 from vitkit.training.rundir import RunDirLock, create_run_dir, open_run_dir
+from vitkit.weights.vitkit_state import instantiate
 
 
 @dataclass
@@ -71,9 +72,8 @@ def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quie
     for source in (data.train, data.test):
         check_indexable(source, f"train.fit={train.fit!r}")
     classes = list(data.train.classes)
-    model = cast(
-        Model, build_run_model(config, objective_for(train), classes, None).to(device)
-    )  # a classifier: the model itself
+    built = cast(Model, build_run_model(config, objective_for(train), classes, None))  # a classifier
+    model = probe_pooling(built, config.model.overrides).to(device)
     precision = inference_precision(
         train.precision, model, train.eval_batch(), say=say_nothing if quiet else None
     )
@@ -85,6 +85,21 @@ def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quie
         f"run directory {run_dir}"
     )
     return fit
+
+
+def probe_pooling(model: Model, overrides: Mapping[str, Any]) -> Model:
+    """`model` pooling as its weights' authors read frozen features (`probe_classifier`: DINOv2's class token
+    beside the mean of the patch tokens), its zero-initialised head as wide as those features: the saved run
+    computes exactly what its head was fitted on. A recipe's own model.classifier wins."""
+    config = model.config
+    probe = getattr(config, "probe_classifier", None)
+    if probe is None or probe == getattr(config, "classifier", None) or "classifier" in overrides:
+        return model
+    state = {k: v for k, v in model.state_dict().items() if not k.startswith("head.")}
+    source = f"{type(model).__name__} with probe_classifier {probe!r}"
+    probed = instantiate(config, state, source, reset_head=True, keep_pre_logits=True, classifier=probe)
+    probed.class_names = getattr(model, "class_names", None)
+    return probed
 
 
 def cache_features(

@@ -1,13 +1,18 @@
 """Published ViT checkpoints by name, any http(s) URL, and Hugging Face Hub ids (`hf-hub:timm/<name>`).
 
-Names resolve to the files of Google's public bucket (https://storage.googleapis.com/vit_models, the paper's
-release and the AugReg release of "How to train your ViT?", Steiner et al. 2021), the same file names timm and
-vit_jax use. $VITKIT_WEIGHTS_BASE_URL replaces the bucket's address, so an organisation's mirror holding the same
-relative paths serves the same names; the cache path stays the one of the original URL, whoever serves it.
+The paper's names resolve to the files of Google's public bucket (https://storage.googleapis.com/vit_models,
+the paper's release and the AugReg release of "How to train your ViT?", Steiner et al. 2021), the same file
+names timm and vit_jax use. The later families' names (DINOv2, CLIP, SigLIP, SigLIP 2, DeiT III) resolve to
+timm's uploads on the Hugging Face Hub, read through huggingface_hub's cache; their timm config.json says the
+architecture (its registered vitkit model: activation, LayerScale, position rows, the pooling of frozen
+features) and the normalisation the weights were trained with. $VITKIT_WEIGHTS_BASE_URL replaces the bucket's
+address, so an organisation's mirror holding the same relative paths serves the same names; the cache path
+stays the one of the original URL, whoever serves it.
 
 Each name records the model it holds (a registered vitkit variant), its resolution and classes; a loaded file
-that describes another model is refused (a mirror serving the wrong file, a damaged download that still parses).
-The official .npz files load with the tanh GELU and epsilon 1e-6 of the JAX models (vitkit.weights.official).
+that describes another model is refused (a mirror serving the wrong file, a damaged download that still
+parses). The official .npz files load with the tanh GELU and epsilon 1e-6 of the JAX models
+(vitkit.weights.official).
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitkit.models.config import ViTConfig
 from vitkit.models.registry import list_models, model_config
 from vitkit.weights.cached_files import cache_path, without_credentials
 from vitkit.weights.download import download_timeout, offline
+from vitkit.weights.timm import pretrained_hints
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com/vit_models"
 BASE_URL_ENV = "VITKIT_WEIGHTS_BASE_URL"
@@ -47,6 +54,13 @@ class Pretrained:
     fine_tuning: str | None
     img_size: int
     num_classes: int
+    licence: str = "apache-2.0"
+    hub_id: str | None = None  # 'timm/<name>.<tag>' on the Hugging Face Hub; None: a file of Google's bucket
+
+    @property
+    def source(self) -> str:
+        """Where the weights come from: `hf-hub:<id>`, or the file's URL in Google's bucket."""
+        return f"{HF_HUB_PREFIX}{self.hub_id}" if self.hub_id else self.official_url
 
     @property
     def official_url(self) -> str:
@@ -135,10 +149,63 @@ def _augreg() -> list[Pretrained]:
     return entries
 
 
-PRETRAINED: dict[str, Pretrained] = {e.name: e for e in _original() + _augreg()}
+def _hub(
+    name: str,
+    model: str,
+    hub_id: str,
+    release: str,
+    pretraining: str,
+    img_size: int,
+    num_classes: int,
+    **more: Any,
+) -> Pretrained:
+    """A checkpoint of a later family, as timm publishes it on the Hugging Face Hub."""
+    return Pretrained(
+        name, model, hub_id, release, pretraining, more.pop("fine_tuning", None), img_size, num_classes,
+        hub_id=hub_id, **more,
+    )  # fmt: skip
+
+
+def _families() -> list[Pretrained]:
+    """DINOv2 (Oquab et al. 2023; with registers, Darcet et al. 2024), OpenAI's CLIP image towers (QuickGELU,
+    ending in the projection into the joint embedding), SigLIP and SigLIP 2 (WebLI), DeiT III (ImageNet-21k,
+    fine-tuned on ImageNet-1k): the licences of their releases, the resolution they were trained at."""
+    entries = []
+    for size, timm_size in (("S", "small"), ("B", "base"), ("L", "large")):
+        for suffix in ("", "-reg4"):
+            hub_id = f"timm/vit_{timm_size}_patch14{suffix.replace('-', '_')}_dinov2.lvd142m"
+            model = f"DINOv2-{size}/14{suffix}"
+            entries.append(_hub(f"{model}-lvd142m", model, hub_id, "dinov2", "LVD-142M", 518, 0))
+    for size, patch, timm_size, projection in (
+        ("B", 16, "base", 512),
+        ("B", 32, "base", 512),
+        ("L", 14, "large", 768),
+    ):
+        hub_id = f"timm/vit_{timm_size}_patch{patch}_clip_224.openai"
+        model = (
+            f"CLIP-{size}/{patch}-quickgelu"  # OpenAI trained with QuickGELU (timm's note on these weights)
+        )
+        entries.append(_hub(f"CLIP-{size}/{patch}-openai", model, hub_id, "openai-clip", "WIT-400M", 224,
+                            projection, licence="mit"))  # fmt: skip
+    for family, tag in (("SigLIP", "webli"), ("SigLIP2", "v2_webli")):
+        hub_id = f"timm/vit_base_patch16_siglip_224.{tag}"
+        entries.append(
+            _hub(f"{family}-B/16-webli", f"{family}-B/16", hub_id, family.lower(), "WebLI", 224, 0)
+        )
+    for size, timm_size in (("S", "small"), ("B", "base"), ("L", "large")):
+        hub_id = f"timm/deit3_{timm_size}_patch16_224.fb_in22k_ft_in1k"
+        entries.append(_hub(f"DeiT3-{size}/16-in21k-in1k", f"DeiT3-{size}/16", hub_id, "deit3", I21K, 224,
+                            I1K_CLASSES, fine_tuning=I1K))  # fmt: skip
+    return entries
+
+
+PRETRAINED: dict[str, Pretrained] = {e.name: e for e in _original() + _augreg() + _families()}
 _LOOKUP = {name.lower(): entry for name, entry in PRETRAINED.items()}
-# `create_model(name, pretrained=True)`: the paper's own ImageNet-21k checkpoint, else AugReg's.
+_BY_HUB_ID = {entry.hub_id: entry for entry in PRETRAINED.values() if entry.hub_id}
+# `create_model(name, pretrained=True)`: the paper's own ImageNet-21k checkpoint, else AugReg's, else the
+# family's first (DeiT III publishes fine-tuned weights only).
 DEFAULTS = {entry.model: entry.name for entry in reversed(PRETRAINED.values()) if entry.fine_tuning is None}
+DEFAULTS |= {e.model: e.name for e in reversed(PRETRAINED.values()) if e.model not in DEFAULTS}
 
 
 def find(name: str) -> Pretrained | None:
@@ -207,7 +274,7 @@ def check_named(entry: Pretrained, config: Any, overrides: dict[str, Any]) -> No
 
 def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
     """`hf-hub:<org>/<name>`: the weights file of a timm model on the Hugging Face Hub and the hints its
-    config.json gives (image size), through huggingface_hub's own cache (HF_HUB_CACHE, HF_HUB_OFFLINE)."""
+    config.json gives (`timm_hints`), through huggingface_hub's own cache (HF_HUB_CACHE, HF_HUB_OFFLINE)."""
     repo = spec[len(HF_HUB_PREFIX) :]
     if repo.count("/") != 1 or not all(repo.split("/")):
         raise ValueError(
@@ -237,7 +304,22 @@ def hub_files(spec: str) -> tuple[Path, dict[str, Any]]:
         raise FileNotFoundError(f"{spec}: not in the Hugging Face cache and {why}") from None
     except (EntryNotFoundError, HfHubHTTPError) as error:
         raise FileNotFoundError(f"{spec}: {str(error).splitlines()[0]}") from None
-    return weights, timm_hints(config_file)
+    named = _BY_HUB_ID.get(repo)
+    return weights, timm_hints(config_file, named.model if named is not None else None)
+
+
+def hub_cached(entry: Pretrained) -> Path | None:
+    """The weights file of a Hub checkpoint in huggingface_hub's cache, None when it is not there (or
+    huggingface_hub is not installed)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    for file in ("model.safetensors", "pytorch_model.bin"):
+        found = try_to_load_from_cache(str(entry.hub_id), file)
+        if isinstance(found, str):
+            return Path(found)
+    return None
 
 
 def _unreachable(endpoint: str) -> str | None:
@@ -254,21 +336,47 @@ def _unreachable(endpoint: str) -> str | None:
     return None
 
 
-def timm_hints(config_file: Path) -> dict[str, Any]:
-    """What timm's published config.json says that tensors do not: the input size the weights were trained at,
-    and the heads (its `model_args`, else those of the registered model its `architecture` names)."""
+# What a registered model says that tensors do not (the rest, e.g. qkv and patch biases, they show).
+REGISTRY_HINTS = (
+    "num_heads",
+    "activation",
+    "layer_norm_eps",
+    "layer_scale",
+    "prefix_pos_embed",
+    "probe_classifier",
+)
+
+
+def timm_hints(config_file: Path, model: str | None = None) -> dict[str, Any]:
+    """What timm's published config.json says that tensors do not: the input size and normalisation the weights
+    were trained with (its `pretrained_cfg`), and what the registered model its `architecture` names (or
+    `model`, a named checkpoint's) is built with: heads, activation (QuickGELU), LayerNorm epsilon, LayerScale,
+    position rows of the prefix tokens, the pooling of frozen features; its `model_args` heads win."""
     try:
         config = json.loads(config_file.read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{config_file}: not a readable JSON file ({error})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_file}: expected a JSON object (timm's config.json)")
+    pretrained_cfg = config.get("pretrained_cfg") or {}
+    architecture = str(config.get("architecture", "")).partition(".")[0]
     hints: dict[str, Any] = {}
-    size = (config.get("pretrained_cfg") or {}).get("input_size")
+    known = [model] if model is not None else list_models(architecture or "-")
+    registered = model_config(known[0]) if len(known) == 1 else None
+    if isinstance(registered, ViTConfig):
+        hints |= {
+            key: getattr(registered, key) for key in REGISTRY_HINTS if getattr(registered, key) is not None
+        }
+        hints |= {
+            key: getattr(registered, key) for key in ("image_mean", "image_std") if getattr(registered, key)
+        }
+    size = pretrained_cfg.get("input_size")
     if isinstance(size, list) and len(size) == 3:
         hints["img_size"] = (int(size[1]), int(size[2]))
     heads = (config.get("model_args") or {}).get("num_heads")
-    known = list_models(str(config.get("architecture", "")).partition(".")[0] or "-")
-    if heads is None and len(known) == 1:
-        heads = getattr(model_config(known[0]), "num_heads", None)
     if heads is not None:
         hints["num_heads"] = int(heads)
-    return hints
+    for key, field in (("mean", "image_mean"), ("std", "image_std")):  # the weights' own, over the registry's
+        if pretrained_cfg.get(key) is not None:
+            hints.pop(field, None)
+    return hints | pretrained_hints(pretrained_cfg, architecture)

@@ -44,7 +44,9 @@ def recognised_file(path: str | Path, num_classes: int) -> Pretrained | None:
         (
             entry
             for entry in PRETRAINED.values()
-            if PurePosixPath(entry.file).name == name and entry.num_classes == num_classes
+            if not entry.hub_id
+            and PurePosixPath(entry.file).name == name
+            and entry.num_classes == num_classes
         ),
         None,
     )
@@ -53,6 +55,12 @@ def recognised_file(path: str | Path, num_classes: int) -> Pretrained | None:
 def name_classes(model: Model, entry: Pretrained | None) -> Model:
     """`model` with the class names of the published checkpoint `entry`, unless it has names of its own or
     another head (a new one of another class count)."""
-    if entry is not None and model.class_names is None and model.config.num_classes == entry.num_classes:
+    named = entry is not None and (entry.fine_tuning or entry.pretraining) in FILES  # not CLIP's projection
+    if (
+        entry is not None
+        and named
+        and model.class_names is None
+        and model.config.num_classes == entry.num_classes
+    ):
         model.class_names = published_class_names(entry)
     return model

@@ -76,7 +76,8 @@ def load_weights(
     spec = os.fspath(path)
     entry = hub.find(spec) if isinstance(spec, str) and not os.path.exists(spec) else None  # a path wins
     if entry is not None:
-        model = load_weights(fetch_named(entry), format=format, source_img_size=source_img_size, **options)
+        source = entry.source if entry.hub_id else fetch_named(entry)
+        model = load_weights(source, format=format, source_img_size=source_img_size, **options)
         hub.check_named(entry, model.config, options)
         return name_classes(model, entry)
     if isinstance(spec, str) and hub.is_url(spec):
@@ -102,7 +103,9 @@ def load_weights(
 
 def fetch_named(entry: hub.Pretrained, progress: bool = True) -> Path:
     """A published checkpoint's file, from the cache or its (mirror's) URL; a downloaded file enters the cache
-    only once it has loaded as the model its name holds."""
+    only once it has loaded as the model its name holds. A Hub checkpoint: through huggingface_hub's cache."""
+    if entry.hub_id:
+        return hub.hub_files(entry.source)[0]
 
     def verify(part: Path) -> None:
         check_weights_file(part)
