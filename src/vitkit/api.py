@@ -21,6 +21,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +31,7 @@ from vitkit.device import resolve_device
 from vitkit.evaluation.run_directory import evaluate_weights as evaluate
 from vitkit.recipe.annotated import annotated_toml
 from vitkit.recipe.resolve import RecipeRequest, did_you_mean, resolve_recipe
-from vitkit.recipe.run_config import SECTIONS, RunConfig
+from vitkit.recipe.run_config import RECIPE_NAME, SECTIONS, RunConfig
 from vitkit.training.distributed import check_gpus_per_process, launch_processes, launched_world_size
 from vitkit.training.trainer import run_training
 
@@ -107,7 +109,21 @@ def run_resolved(request: RecipeRequest, config: RunConfig, *, command: list[str
     run_dir = request.run_dir()
     if starts_processes(config):
         return _in_processes(request, config, run_dir, command)
-    return run_training(config, run_dir, resume=request.resume, command=command, quiet=request.quiet)
+    try:
+        return run_training(config, run_dir, resume=request.resume, command=command, quiet=request.quiet)
+    except KeyboardInterrupt:
+        if (run_dir / RECIPE_NAME).is_file():  # the run directory exists: what it holds continues
+            print(
+                f"to continue: {resume_command(run_dir, python=command[:1] != ['vitkit'])}", file=sys.stderr
+            )
+        raise
+
+
+def resume_command(run_dir: Path, python: bool) -> str:
+    """The call or command line that continues the run in `run_dir` from its saved recipe and latest checkpoint."""
+    if python:
+        return f"vitkit.train(out={str(run_dir)!r}, resume=True)"
+    return shlex.join(["vitkit", "train", "--out", str(run_dir), "--resume"])
 
 
 def starts_processes(config: RunConfig) -> bool:

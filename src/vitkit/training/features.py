@@ -126,10 +126,13 @@ class FeatureStore:
             return
         self._settle()
         keys = sorted(self.rows, key=self.rows.__getitem__)
+        kept = min(len(keys), len(self.features))  # an interruption between a batch's rows and its keys
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             save_state_dict(
-                {"features": self.features.contiguous()}, self.path, {KEYS_METADATA: json.dumps(keys)}
+                {"features": self.features[:kept].contiguous()},
+                self.path,
+                {KEYS_METADATA: json.dumps(keys[:kept])},
             )
         except OSError as error:
             print(f"features not cached ({self.path}: {error.strerror or error})", file=sys.stderr)
