@@ -177,6 +177,7 @@ class Trainer:
             self.train_step.close()  # the training workers stop before evaluation starts its own
             if self.device.type == "cpu" and train.keep_freed_memory:
                 return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
+            log.phase(f"evaluating {self.evaluated(self.all_evaluators())}")
             evaluations = self.measure(self.all_evaluators())
             wall = time.perf_counter() - clock
             gathered = gathered_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
@@ -205,6 +206,8 @@ class Trainer:
         if self.data.validation is not None:
             summary |= {"val_data": self.data.validation.description, "val_images": len(self.data.validation)}
         assert gathered is not None  # rank 0, the one that reaches here
+        if not self.quiet:
+            print(f"saving final/, figures and report.json into {self.run_dir}", flush=True)
         return report.finish(self.run_dir, self.config, self.objective.final_model(gathered), summary,
                              self.test_evaluator.confusion, self.data.train, self.data.test, train_seconds)  # fmt: skip
 
@@ -221,14 +224,14 @@ class Trainer:
                 shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
                 done, stepping = step + 1, True
                 with shutdown.finishing_step():
-                    step_start = time.perf_counter()
-                    loss, lr, skipped = self.train_step(step, timed=log.is_log_step(done))
-                    train_seconds += time.perf_counter() - step_start
-                    due, stopping = by_time.decide(shutdown.stop_requested())
-                    checkpointed = (
-                        due or stopping or done % train.checkpoint_every == 0 or done == train.steps
-                    )
                     try:
+                        step_start = time.perf_counter()
+                        loss, lr, skipped = self.train_step(step, timed=log.is_log_step(done))
+                        train_seconds += time.perf_counter() - step_start
+                        due, stopping = by_time.decide(shutdown.stop_requested())
+                        checkpointed = (
+                            due or stopping or done % train.checkpoint_every == 0 or done == train.steps
+                        )
                         self.losses.append(done, loss, lr)
                         read = self.losses.read(sync_point=log.is_log_step(done) or checkpointed)
                     except NonFiniteLoss as error:
@@ -239,6 +242,8 @@ class Trainer:
                 if stopping:  # every rank stops at this step: saved together below
                     raise KeyboardInterrupt
                 scheduled = [e for e in self.all_evaluators() if measures_after_step(e, done, train.steps)]
+                if scheduled:
+                    log.phase(f"step {done}: evaluating {self.evaluated(scheduled)}")
                 log.evaluations(done, self.measure(scheduled), time.perf_counter() - clock)
                 if checkpointed:
                     log.flush()
@@ -270,6 +275,15 @@ class Trainer:
             print(line, file=sys.stderr, flush=True)
         else:
             log.write(line)
+
+    def evaluated(self, evaluators: list[Evaluator]) -> str:
+        """What `evaluators` measure, in images: "1000 test images", and the validation and few-shot ones."""
+        parts = [f"{len(self.data.test)} test images"] if self.test_evaluator in evaluators else []
+        if self.data.validation is not None and any(e in self.evaluators for e in evaluators):
+            parts.append(f"{len(self.data.validation)} validation images")
+        if any(e in self.fewshot for e in evaluators):
+            parts.append("few-shot")
+        return " and ".join(parts) or "the model"
 
     def all_evaluators(self) -> list[Evaluator]:
         """The objective's (every rank) and few-shot (rank 0), test first."""
