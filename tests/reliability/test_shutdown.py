@@ -12,9 +12,9 @@ import time
 import pytest
 from torch.utils.data import Dataset
 
+from vitkit import shutdown
 from vitkit.data.source import ReadOptions
 from vitkit.data.workers import loader
-from vitkit import shutdown
 from vitkit.shutdown import Terminated, bounded, deferred, interruptible, raise_if_stopped
 
 
