@@ -148,12 +148,12 @@ def scored(
     if split == "test":
         return "the run's test split (it held no training images out)"
     try:  # the test split's size, to say what --split test would score
-        test = f" of {len(open_source(str(recipe.data.source), 'test', data_dir or recipe.data.data_dir))}"
+        test = f" {len(open_source(str(recipe.data.source), 'test', data_dir or recipe.data.data_dir))}"
     except (OSError, ValueError):
         test = ""
     return (
         f"the {recipe.data.val_split} training images the run held out (data.val_split) and never trained on, "
-        f"which chose its settings; --split test scores the images{test} of its test split"
+        f"which chose its settings; --split test scores the{test} images of its test split"
     )
 
 
