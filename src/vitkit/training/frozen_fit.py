@@ -168,6 +168,7 @@ def write_fitted_run(
 ) -> dict[str, Any]:
     """The run directory of `fit.model` as it is now; report.json: `report` and what every fit reports."""
     wall_seconds = time.perf_counter() - fit.clock
+    fit.say(f"saving final/, {CONFUSION_NAME} and report.json into {fit.run_dir}")
     if not fit.created:
         create_run_dir(fit.run_dir, fit.config, lock)
     record = start_record(fit.device, command)
