@@ -123,7 +123,8 @@ def cache_features(
             )
         except KeyboardInterrupt:  # stopped: the features computed so far are kept for the next fit
             store.save()
-            print(f"{len(store.rows) - known} features computed are kept: {store.path}", file=sys.stderr)
+            print(f"{len(store.rows) - known} features computed so far are kept ({store.path}): a fit of the same "
+                  "weights computes only the others", file=sys.stderr)  # fmt: skip
             raise
         fit.features[name], fit.skipped = (x, y), fit.skipped + lost
         store.save()  # what is computed is kept, also when a later split fails
