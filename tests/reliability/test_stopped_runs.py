@@ -169,6 +169,7 @@ def test_a_signalled_last_blocks_fit_keeps_its_step_and_resumes_bitwise(
     print(f"{sig.name} at step {seen}: exit {code} after {seconds:.2f} s; checkpoint step "
           f"{checkpoint_step(latest_checkpoint(run))}")  # fmt: skip
     check_stopped(run, log, seen, seconds, code)
+    assert f"plan: {LAST_BLOCKS_STEPS} steps of 16 sequences; " in log.read_text()  # its time estimate
     continue_as_printed(log)
     assert_bitwise_equal(run / "final/model.safetensors", reference / "final/model.safetensors")
     finished, expected = (json.loads((r / "report.json").read_text()) for r in (run, reference))

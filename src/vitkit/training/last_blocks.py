@@ -154,7 +154,7 @@ def train_tuned(
     by_time = CheckpointClock(train.checkpoint_minutes, fit.device)
     model.train()
     logged = planned = time.perf_counter()
-    at = written = position.step
+    at = written = first_step = position.step
     stepping = False  # within a step its weights may be half-updated: never saved
     try:
         for step in range(at, train.steps):
@@ -181,10 +181,12 @@ def train_tuned(
                 at, stepping = step + 1, False
             due, stopping = by_time.decide(shutdown.stop_requested())
             now = time.perf_counter()
-            if at - written in PLAN_AFTER and at < train.steps:
-                per_step = (now - planned) / (at - written)
-                fit.say(f"plan: {train.steps} steps of {batch} sequences, {per_step:.2f} s each so far: about "
+            ran = at - first_step
+            if ran in PLAN_AFTER and at < train.steps:  # the first step also pays for warm-up: timed apart
+                per_step = (now - planned) / (ran - (PLAN_AFTER[0] if ran > PLAN_AFTER[0] else 0))
+                fit.say(f"plan: {train.steps} steps of {batch} sequences; {per_step:.2f} s a step: about "
                         f"{per_step * (train.steps - at):.0f} s to go")  # fmt: skip
+                planned = now
             if at == train.steps or at % train.log_every == 0 or now - logged >= LOG_SECONDS:
                 fit.say(f"step {at}/{train.steps}  loss {position.losses[-1]:.4f}")
                 logged = now
