@@ -255,6 +255,7 @@ class Trainer:
             # at a step's end (a save is collective).
             kept = not stepping and at > written and (stopping or self.world_size == 1)
             if kept:
+                log.step(at, self.losses.read(), [], timer.share("data"))  # CUDA: the losses not read yet
                 log.flush()
                 self.save(at, time.perf_counter() - clock, train_seconds)
             if self.rank == 0:
