@@ -1,6 +1,8 @@
 """The Python API of the commands: `vitkit.train(...)`, `vitkit.finetune(...)` and `vitkit.evaluate(...)` do what
-`vitkit train`, `vitkit finetune` and `vitkit eval` do and return their report as a dict, so a notebook trains,
-fine-tunes and evaluates without a shell.
+`vitkit train`, `vitkit finetune` and `vitkit eval` do, print what they print (nothing with `quiet=True`) and return
+their report as a dict, so a notebook trains, fine-tunes and evaluates without a shell. A run stopped by Ctrl-C
+raises KeyboardInterrupt after its checkpoint, with the call that continues it printed
+(`vitkit.train(out=..., resume=True)`).
 
 Settings are given per section, as keyword arguments named after the recipe's sections, each a dict of fields:
 the shape of a TOML recipe and of RunConfig itself, so a recipe moves between a file, a command line and a call
