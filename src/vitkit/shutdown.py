@@ -20,7 +20,6 @@ a step still running FINISH_SECONDS after the signal, or a second signal, is int
 
 from __future__ import annotations
 
-import _thread
 import os
 import signal
 import sys
@@ -91,7 +90,9 @@ def _handle(signum: int, frame: object) -> None:
     if _State.deferring:
         return
     if first and _State.finishing:  # the step runs on to its end, for FINISH_SECONDS at most
-        _State.deadline = threading.Timer(FINISH_SECONDS, _thread.interrupt_main, (signum,))
+        # Past the bound the signal comes again, to the main thread, where it also ends a blocking call
+        main = threading.main_thread().ident
+        _State.deadline = threading.Timer(FINISH_SECONDS, signal.pthread_kill, (main, signum))
         _State.deadline.daemon = True
         _State.deadline.start()
         return

@@ -35,6 +35,7 @@ def test_no_command_of_the_journey_goes_30_s_without_output(tmp_path) -> None:
     assert len(rows) == 9 and all(float(row.split("|")[4]) <= SILENCE_LIMIT for row in rows)
 
 
+@pytest.mark.slow
 def test_predict_results_never_share_the_progress_bars_line(tmp_path) -> None:
     """On a terminal (stdout and stderr the same tty), each result starts a line of its own: the bar is cleared
     before a result is printed, never written onto its line."""
