@@ -1,6 +1,8 @@
 """The Python API of the commands: `vitkit.train(...)`, `vitkit.finetune(...)` and `vitkit.evaluate(...)` do what
-`vitkit train`, `vitkit finetune` and `vitkit eval` do and return their report as a dict, so a notebook trains,
-fine-tunes and evaluates without a shell.
+`vitkit train`, `vitkit finetune` and `vitkit eval` do, print what they print (nothing with `quiet=True`) and return
+their report as a dict, so a notebook trains, fine-tunes and evaluates without a shell. A run stopped by Ctrl-C
+raises KeyboardInterrupt after its checkpoint, with the call that continues it printed
+(`vitkit.train(out=..., resume=True)`).
 
 Settings are given per section, as keyword arguments named after the recipe's sections, each a dict of fields:
 the shape of a TOML recipe and of RunConfig itself, so a recipe moves between a file, a command line and a call
@@ -21,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -29,8 +33,9 @@ from vitkit.device import resolve_device
 from vitkit.evaluation.run_directory import evaluate_weights as evaluate
 from vitkit.recipe.annotated import annotated_toml
 from vitkit.recipe.resolve import RecipeRequest, did_you_mean, resolve_recipe
-from vitkit.recipe.run_config import SECTIONS, RunConfig
+from vitkit.recipe.run_config import RECIPE_NAME, SECTIONS, RunConfig
 from vitkit.training.distributed import check_gpus_per_process, launch_processes, launched_world_size
+from vitkit.training.report import format_metrics
 from vitkit.training.trainer import run_training
 
 __all__ = ["evaluate", "finetune", "train"]
@@ -105,9 +110,45 @@ def run_resolved(request: RecipeRequest, config: RunConfig, *, command: list[str
         print(text, end="")
         return {"config": text}
     run_dir = request.run_dir()
-    if starts_processes(config):
+    if starts_processes(config):  # rank 0 of the processes prints the closing lines
         return _in_processes(request, config, run_dir, command)
-    return run_training(config, run_dir, resume=request.resume, command=command, quiet=request.quiet)
+    try:
+        report = run_training(config, run_dir, resume=request.resume, command=command, quiet=request.quiet)
+    except KeyboardInterrupt:
+        if (run_dir / RECIPE_NAME).is_file():  # the run directory exists: what it holds continues
+            print(
+                f"to continue: {resume_command(run_dir, python=command[:1] != ['vitkit'])}", file=sys.stderr
+            )
+        raise
+    if report and not request.quiet:  # ranks other than 0 return {}
+        print(closing_lines(report, run_dir))
+    return report
+
+
+def closing_lines(report: dict[str, Any], run_dir: Path) -> str:
+    """What a finished run says last: its evaluations, the work and the seconds it took, and where it is."""
+    work = (
+        f"{report['train_images']} training images"
+        if report.get("fit") == "linear"
+        else f"{report['steps']} steps"
+    )
+    seconds = report.get("train_seconds", report["wall_seconds"])
+    rate = f" ({report['images_per_second']:.3g} img/s)" if "images_per_second" in report else ""
+    total = (
+        f"; {report['wall_seconds']:.0f} s in all" if round(report["wall_seconds"]) > round(seconds) else ""
+    )
+    return (
+        f"{format_metrics(report)}  on {report['test_data']} ({report['test_images']} images); {work} in "
+        f"{seconds:.0f} s{rate}{total}\n"
+        f"run directory: {run_dir}  (weights: {run_dir}/final, report: {run_dir}/report.json)"
+    )
+
+
+def resume_command(run_dir: Path, python: bool) -> str:
+    """The call or command line that continues the run in `run_dir` from its saved recipe and latest checkpoint."""
+    if python:
+        return f"vitkit.train(out={str(run_dir)!r}, resume=True)"
+    return shlex.join(["vitkit", "train", "--out", str(run_dir), "--resume"])
 
 
 def starts_processes(config: RunConfig) -> bool:

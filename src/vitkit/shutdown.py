@@ -12,6 +12,10 @@ only recorded and raised when the block ends. A run stopped this way unwinds thr
 data workers stop first, then what is written is flushed and closed; a closing step that does not return in time
 (a TensorBoard writer waiting on its thread) is left behind with a line saying so (`bounded`), and the process
 ends anyway.
+
+Within `finishing_step()` (a training step), the first signal is only recorded: the step goes on to its end, where
+the run writes a checkpoint and stops (`stop_requested()`), so nothing it computed is lost. That wait is bounded:
+a step still running FINISH_SECONDS after the signal, or a second signal, is interrupted at once as elsewhere.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 CLOSE_SECONDS = 3.0  # each closing step's limit: a few of them stay well under the 10 s a user waits
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FINISH_SECONDS = 15.0  # the longest a signalled step may run on to its end (docs/RELIABILITY.md)
 
 
 class Terminated(KeyboardInterrupt):
@@ -35,6 +40,8 @@ class Terminated(KeyboardInterrupt):
 class _State:
     received: int | None = None  # the first signal of the block, once received
     deferring = 0  # depth of deferred() blocks
+    finishing = False  # within finishing_step(): a first signal waits for the step's end
+    deadline: threading.Timer | None = None  # interrupts a signalled step that runs past FINISH_SECONDS
     previous: dict[
         int, Any
     ] = {}  # the handlers interruptible() replaced (SIGCHLD once stopping), while active
@@ -46,6 +53,7 @@ def _restore_in_child() -> None:
     for number, handler in _State.previous.items():
         signal.signal(number, handler)
     _State.previous, _State.received, _State.deferring = {}, None, 0
+    _State.finishing, _State.deadline = False, None
 
 
 os.register_at_fork(after_in_child=_restore_in_child)
@@ -71,15 +79,24 @@ def _swallowed(hook: Callable[[Any], object]) -> Callable[[Any], object]:
 
 
 def _handle(signum: int, frame: object) -> None:
-    if _State.received is None:
+    first = _State.received is None
+    if first:
         _State.received = signum
         # torch's DataLoader raises from its SIGCHLD handler when a worker dies of a signal, wherever the main
         # thread is (a generator's finalizer too, which prints the error as a traceback). Stopping, a worker's end
         # is expected (the same signal may have reached it): that check is off from then on. (A Python
         # function, not SIG_DFL: a SIGCHLD already pending would then be an OSError, "ignored due to race".)
         _State.previous.setdefault(signal.SIGCHLD, signal.signal(signal.SIGCHLD, _child_ended))
-    if not _State.deferring:
-        raise _interruption(signum)
+    if _State.deferring:
+        return
+    if first and _State.finishing:  # the step runs on to its end, for FINISH_SECONDS at most
+        # Past the bound the signal comes again, to the main thread, where it also ends a blocking call
+        main = threading.main_thread().ident
+        _State.deadline = threading.Timer(FINISH_SECONDS, signal.pthread_kill, (main, signum))
+        _State.deadline.daemon = True
+        _State.deadline.start()
+        return
+    raise _interruption(signum)
 
 
 @contextmanager
@@ -107,6 +124,24 @@ def interruptible() -> Iterator[None]:
             if number != signal.SIGCHLD or _State.received is None:
                 signal.signal(number, handler)
         _State.previous, _State.received = {}, None
+
+
+@contextmanager
+def finishing_step() -> Iterator[None]:
+    """A step that a first signal lets run on to its end (FINISH_SECONDS at most); ask `stop_requested()` after it."""
+    _State.finishing = True
+    try:
+        yield
+    finally:
+        _State.finishing = False
+        if _State.deadline is not None:
+            _State.deadline.cancel()
+            _State.deadline = None
+
+
+def stop_requested() -> bool:
+    """Whether a signal came within the `interruptible()` block: the run should stop at this step boundary."""
+    return _State.received is not None
 
 
 def raise_if_stopped() -> None:

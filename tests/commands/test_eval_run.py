@@ -20,6 +20,9 @@ def test_a_run_is_evaluated_on_its_own_validation_images(photo_run, tmp_path, mo
     printed = capsys.readouterr().out
     assert list(tmp_path.iterdir()) == []  # the working directory untouched
     assert f"validation split of {VAL_SPLIT} images" in printed and f"(val, {VAL_SPLIT} images)" in printed
+    # which images it scores and why, and how to score the others
+    assert f"scoring {VAL_SPLIT} images: the {VAL_SPLIT} training images the run held out" in printed
+    assert "--split test scores the 20 images of its test split" in printed
     for name in CLASSES:
         assert f"  {name} " in printed  # the per-class table names every class
     report = json.loads((photo_run / "eval_val.json").read_text())
@@ -36,7 +39,8 @@ def test_a_split_and_an_out_directory_can_be_named(photo_run, tmp_path, capsys):
     argv = ["eval", "--weights", str(photo_run), "--split", "test", "--out", str(out), "--precision", "fp32"]
     assert cli.main(argv) == 0
     assert sorted(p.name for p in out.iterdir()) == ["eval_test.json", "eval_test_confusion.png"]
-    assert "(test, 20 images)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "(test, 20 images)" in printed and "scoring 20 images: the run's test split, as asked" in printed
 
 
 @pytest.mark.parametrize(

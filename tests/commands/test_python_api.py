@@ -106,3 +106,31 @@ def test_finetune_in_python_then_evaluate(photo_run, tmp_path):
     evaluated = vitkit.evaluate(tmp_path / "ft", precision="fp32")
     assert evaluated["split"] == "test" and evaluated["top1"] == pytest.approx(report["test_top1"])
     assert (tmp_path / "ft" / "eval_test.json").is_file()
+
+
+def test_python_calls_print_what_the_commands_print(tmp_path, capsys):
+    """vitkit.train and vitkit.evaluate print the lines `vitkit train` and `vitkit eval` print (the phase after
+    the last step, the closing line counting the training steps' seconds, the run directory; the results), and
+    nothing with quiet=True."""
+    settings = [*TINY_RECIPE, "train.steps=3", "optim.warmup_steps=1", "data.source=synthetic", "model.img_size=32",
+                "model.in_chans=3", "model.patch_size=8"]  # fmt: skip
+    assert cli.main(["train", "--out", str(tmp_path / "cli"), *settings]) == 0
+    printed = {"cli": capsys.readouterr().out}
+    report = vitkit.train(out=tmp_path / "python", **api_sections(settings))
+    printed["python"] = capsys.readouterr().out
+    for run, lines in printed.items():
+        written = json.loads((tmp_path / run / "report.json").read_text())
+        closing, where = lines.splitlines()[-2:]
+        assert (
+            closing.startswith("test top-1 ")
+            and f"; 3 steps in {written['train_seconds']:.0f} s (" in closing
+        )
+        assert where.startswith(f"run directory: {tmp_path / run}  (weights: ")
+        assert f"evaluating {written['test_images']} test images\n" in lines
+    assert report["test_top1"] == written["test_top1"]
+    assert cli.main(["eval", "--weights", str(tmp_path / "cli"), "--precision", "fp32"]) == 0
+    command = capsys.readouterr().out
+    result = vitkit.evaluate(tmp_path / "cli", precision="fp32")
+    assert capsys.readouterr().out == command and f"top-1 {100 * result['top1']:.2f}%" in command
+    vitkit.evaluate(tmp_path / "cli", precision="fp32", quiet=True)
+    assert capsys.readouterr() == ("", "")

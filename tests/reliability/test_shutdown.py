@@ -12,6 +12,7 @@ import time
 import pytest
 from torch.utils.data import Dataset
 
+from vitkit import shutdown
 from vitkit.data.source import ReadOptions
 from vitkit.data.workers import loader
 from vitkit.shutdown import Terminated, bounded, deferred, interruptible, raise_if_stopped
@@ -29,6 +30,38 @@ def test_signals_interrupt_inside_the_block_only_and_are_never_lost() -> None:
     assert {number: signal.getsignal(number) for number in before} == before
     assert issubclass(Terminated, KeyboardInterrupt)  # the command line's "interrupted", exit code 130
     raise_if_stopped()  # outside the block: nothing pending
+
+
+def test_a_signalled_step_runs_to_its_end_and_the_stop_is_asked_after_it() -> None:
+    """The step a signal comes in ends (its work done), then the loop asks and stops there; once asked, the
+    interruption is raised at the next step as always."""
+    ended = asked = False
+    with pytest.raises(KeyboardInterrupt), interruptible():
+        with shutdown.finishing_step():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)  # the rest of the step: not interrupted
+            ended = True
+        asked = shutdown.stop_requested()
+        raise_if_stopped()
+    assert ended and asked and not shutdown.stop_requested()
+
+
+def test_a_step_past_the_bound_or_a_second_signal_is_interrupted_at_once(monkeypatch) -> None:
+    """Past FINISH_SECONDS the step is interrupted, also in a blocking call (the signal comes again to the main
+    thread); a second Ctrl-C interrupts it at once."""
+    monkeypatch.setattr(shutdown, "FINISH_SECONDS", 0.5)
+    with pytest.raises(Terminated), interruptible(), shutdown.finishing_step():
+        sent = time.monotonic()
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)  # a step that would not end in time, blocked in a system call
+    assert 0.4 < time.monotonic() - sent < 10
+    with pytest.raises(KeyboardInterrupt), interruptible(), shutdown.finishing_step():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.1)  # the first one waits for the step
+        sent = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C: at once
+        time.sleep(30)
+    assert time.monotonic() - sent < 0.4
 
 
 def test_a_block_within_another_leaves_the_outer_one_working() -> None:

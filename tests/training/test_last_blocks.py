@@ -74,7 +74,7 @@ def tuned(precision: str) -> tuple[list[float], dict[str, torch.Tensor], dict[st
         config=config, model=model, device=cpu, precision=Precision(precision, "", cpu), say=print
     )
     fit.features = {"train": (tokens.numpy(), labels.numpy())}
-    losses = train_tuned(cast(FrozenFit, fit), 2)
+    losses, _ = train_tuned(cast(FrozenFit, fit), 2)
     return losses, before, model.state_dict()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from vitkit.cache import CACHE_ENV
 from vitkit.data import FolderSource
 from vitkit.evaluation.fewshot import extract_features, precompute
 from vitkit.recipe.resolve import RecipeRequest, load_config, resolve_recipe
-from vitkit.training.features import weights_digest
+from vitkit.training.features import FeatureStore, weights_digest
 from vitkit.training.linear_head import chosen_l2, cross_validated, fold_of
 
 ROOT = Path(__file__).parents[2]
@@ -217,3 +218,26 @@ def test_the_fast_path_prints_as_every_batch_of_features_is_computed(weights, ph
 def test_a_quiet_fit_prints_nothing(weights, photos, tmp_path, capfd, measuring_precision):
     report = fit(weights, photos, tmp_path / "run", "--quiet", "train.precision=auto")
     assert capfd.readouterr() == ("", "") and report["fit"] == "linear"
+
+
+@pytest.mark.slow
+def test_an_interrupted_fit_keeps_the_features_it_computed(weights, photos, tmp_path, monkeypatch, capsys):
+    """Ctrl-C during the feature extraction: the batches computed are kept in the cache, and the same command
+    computes only the others."""
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    added, batches = FeatureStore.add, []
+
+    def add_then_ctrl_c(self, keys, features):
+        added(self, keys, features)
+        batches.append(len(keys))
+        if len(batches) == 2:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(FeatureStore, "add", add_then_ctrl_c)
+    argv = ["finetune", "--weights", str(weights), "--config", RECIPE, f"data.source=folder:{photos}",
+            "model.img_size=32", "train.precision=fp32", "train.eval_batch_size=8", "--out", str(tmp_path / "run")]  # fmt: skip
+    assert cli.main(argv) == cli.INTERRUPTED
+    assert "16 features computed so far are kept" in capsys.readouterr().err
+    monkeypatch.setattr(FeatureStore, "add", added)
+    assert cli.main(argv) == 0  # the same command, into the same --out
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["features_computed"] == 80 - 16

@@ -66,3 +66,19 @@ def test_a_slow_stepping_finetune_trial_prints_at_least_every_few_seconds(tmp_pa
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) < 30, stamped
     assert max(b - a for a, b in zip(training, training[1:], strict=False)) < 4, stamped  # a loaded CPU
     assert any("still working:" in line for _, line in stamped), stamped
+
+
+def test_a_phase_between_steps_is_named_while_it_runs(monkeypatch, capsys):
+    """After the last step an evaluation is told as such, not as time since the step."""
+    monkeypatch.setattr(progress, "LOG_SECONDS", 0.2)
+    shown = progress.Progress(total=3, initial=0, log_every=1)
+    shown.update(3, 0.5, 1e-3, 10.0)
+    shown.begin("evaluating 7 test images")
+    time.sleep(0.8)
+    shown.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "evaluating 7 test images"
+    assert any(
+        line.startswith("evaluating 7 test images: ") and line.endswith(" s so far") for line in lines[2:]
+    )
+    assert not any("still working" in line for line in lines)

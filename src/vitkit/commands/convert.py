@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
             allow_non_finite=args.allow_non_finite,
             **overrides,
         )
+        print(f"writing {args.dst} ({args.to}) from {args.src}", flush=True)  # an export can take a minute
         write(model, args)
     print(f"{args.src} -> {args.dst} ({args.to}): {type(model).__name__} {describe(model.config)}")
     return 0
@@ -85,7 +86,7 @@ def export_for_serving(model: Model, args: argparse.Namespace) -> None:
         class_labels(model.class_names, list(dataset.classes), f"{args.src} on {dataset.description}")
     export_onnx(model, args.dst, int8=args.int8)
     if dataset is not None:
-        torch_top1 = evaluate_model(model, dataset).top1
+        torch_top1 = evaluate_model(model, dataset, progress="PyTorch top-1").top1
         file_top1 = onnx_top1(args.dst, dataset)
         kind = "int8" if args.int8 else "fp32"
         print(

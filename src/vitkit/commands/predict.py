@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
             progress.update()
             if prediction.error is not None:
                 progress.write(f"vitkit predict: skipping {prediction.error}", file=sys.stderr)
-            elif not args.output:
-                print_table(prediction, names is not None)
+            elif not args.output:  # the bar (stderr) cleared first and drawn again below, never on its line
+                progress.write(table(prediction, names is not None), file=sys.stdout)
             predictions.append(prediction)
     if not any(p.error is None for p in predictions):
         raise ValueError("no readable image among " + " ".join(args.images))
@@ -123,10 +123,11 @@ def classify(
         yield from flush()
 
 
-def print_table(prediction: Prediction, named: bool) -> None:
-    print(prediction.path)
-    print(f"  {'rank':>4}  {'prob':>7}  class")
+def table(prediction: Prediction, named: bool) -> str:
+    """An image's top classes, as printed on stdout."""
+    lines = [prediction.path, f"  {'rank':>4}  {'prob':>7}  class"]
     for rank, (p, name, index) in enumerate(
         zip(prediction.probs, prediction.classes, prediction.indices, strict=True), start=1
     ):
-        print(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if named else ""))
+        lines.append(f"  {rank:>4}  {p:7.4f}  {name}" + (f" ({index})" if named else ""))
+    return "\n".join(lines)

@@ -10,9 +10,8 @@ import argparse
 import dataclasses
 from typing import Any
 
-from vitkit.api import ProcessesFailed, run_resolved, starts_processes
+from vitkit.api import ProcessesFailed, run_resolved
 from vitkit.recipe.resolve import RecipeRequest, parse_override, resolve_recipe
-from vitkit.training.report import format_metrics
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,28 +36,14 @@ def request_from(args: argparse.Namespace, command: str, weights: str | None = N
 
 
 def train_request(args: argparse.Namespace, request: RecipeRequest) -> int:
-    """Resolve the request, train, and print the final evaluations and the run directory (train and finetune)."""
+    """Resolve the request and train; the final evaluations and the run directory are printed (train and finetune)."""
     config = resolve_recipe(request)
     request = dataclasses.replace(request, out=request.run_dir())  # one name for the run, said below
     try:
-        # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli
-        report = run_resolved(request, config, command=["vitkit", *args.argv])
+        # a diverged loss (NonFiniteLoss) exits 1 via vitkit.cli; the closing lines are run_resolved's
+        run_resolved(request, config, command=["vitkit", *args.argv])
     except ProcessesFailed as failed:  # its error message is on stderr already
         return failed.exit_code
-    if not report or request.print_config or request.quiet or starts_processes(config):
-        return 0  # ranks other than 0, and the processes' rank 0, print nothing more
-    work = (
-        f"{report['train_images']} training images"
-        if report.get("fit") == "linear"
-        else f"{report['steps']} steps"
-    )
-    rate = f" ({report['images_per_second']:.0f} img/s)" if "images_per_second" in report else ""
-    print(
-        f"{format_metrics(report)}  on {report['test_data']} ({report['test_images']} images); {work} in "
-        f"{report['wall_seconds']:.0f} s{rate}"
-    )
-    out = request.out
-    print(f"run directory: {out}  (weights: {out}/final, report: {out}/report.json)")
     return 0
 
 

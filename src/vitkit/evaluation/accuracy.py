@@ -31,10 +31,16 @@ class Accuracy:
 
 
 def evaluate_model(
-    model: nn.Module, dataset: Source, *, batch_size: int = 500, precision: Precision | None = None
+    model: nn.Module,
+    dataset: Source,
+    *,
+    batch_size: int = 500,
+    precision: Precision | None = None,
+    progress: str | None = None,
 ) -> Accuracy:
     """Evaluate on every image of `dataset` (each rank a share, the counts summed) under `precision` (default
-    float32). Images a lazy source skips as unreadable (data.on_corrupt='skip') are left out of the counts."""
+    float32), with a progress bar of that name when `progress` is given. Images a lazy source skips as unreadable
+    (data.on_corrupt='skip') are left out of the counts."""
     num_classes = len(dataset.classes)
     model_classes = as_model(model).config.num_classes  # `model` may be compiled or wrapped
     if model_classes != num_classes:
@@ -52,7 +58,13 @@ def evaluate_model(
         return torch.cat([confusion.double(), torch.stack([loss.double(), top5.double()])])
 
     sums, skipped = evaluation_sums(
-        model, dataset, measure, num_classes**2 + 2, batch_size=batch_size, precision=precision
+        model,
+        dataset,
+        measure,
+        num_classes**2 + 2,
+        batch_size=batch_size,
+        precision=precision,
+        progress=progress,
     )
     confusion = sums[: num_classes**2].round().long().view(num_classes, num_classes).cpu()
     count = int(confusion.sum())

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
+from tqdm import tqdm
 
 from vitkit.collectives import all_reduce_sum, world
 from vitkit.data import Batch, Source, eval_batches
@@ -60,10 +62,12 @@ def evaluation_sums(
     *,
     batch_size: int = 500,
     precision: Precision | None = None,
+    progress: str | None = None,
 ) -> tuple[torch.Tensor, list[str]]:
     """The sum over the split of `measure(batch number, batch)` (float64 [size]), over all ranks: the batches in
     the model's input size and channels with the paper's preprocessing (resize, [-1, 1]), each measured in eval
-    mode under `precision` (default float32); and the images this rank's batches left out as unreadable."""
+    mode under `precision` (default float32); and the images this rank's batches left out as unreadable. With
+    `progress`, rank 0 shows a bar of that name on stderr, closed before the function returns."""
     device = next(model.parameters()).device
     precision = precision or choose_precision("fp32", device)
     config = architecture(model)
@@ -73,10 +77,13 @@ def evaluation_sums(
     batches = eval_batches(
         dataset, [c for _, c in numbered], to_pair(config.img_size), config.in_chans, device, config.mean_std
     )
-    with eval_mode(model):
-        for (number, _), batch in zip(numbered, batches, strict=True):
+    shown = progress is not None and world()[0] == 0
+    bar = tqdm(total=len(dataset), desc=progress, unit="image", file=sys.stderr, disable=not shown)
+    with eval_mode(model), bar:
+        for (number, chunk), batch in zip(numbered, batches, strict=True):
             skipped += batch.skipped
             with precision.autocast():
                 sums += measure(number, batch)
+            bar.update(len(chunk) * world()[1])
     all_reduce_sum(sums)
     return sums, skipped

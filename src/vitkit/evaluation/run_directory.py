@@ -21,7 +21,7 @@ from vitkit.device import resolve_device
 from vitkit.evaluation.accuracy import evaluate_model
 from vitkit.evaluation.confusion import plot_confusion
 from vitkit.evaluation.labels import class_labels, per_class
-from vitkit.precision import inference_precision
+from vitkit.precision import inference_precision, say_nothing
 from vitkit.recipe.resolve import load_config
 from vitkit.recipe.run_config import RECIPE_NAME
 from vitkit.storage import atomic_write_text
@@ -84,14 +84,16 @@ def evaluate_weights(
     on_corrupt: str = "stop",
     confusion: str | os.PathLike | None = None,
     overwrite: bool = False,
+    quiet: bool = False,
 ) -> dict[str, Any]:
     """Top-1, top-5, loss and per-class accuracy of `weights` (anything vitkit.load_weights reads; a run
     directory evaluates on its own data) on `data` / `split`, as a dict; also written to `out` (default: the run
     directory) as eval_<split>.json with a confusion matrix PNG (`confusion` names another path for it). A file
-    of `out` or `confusion` that exists already is replaced only with `overwrite` (a run's own are replaced)."""
-    dataset, split = open_data(
-        weights, data, split, data_dir, ReadOptions(on_corrupt=on_corrupt, workers=workers)
-    )
+    of `out` or `confusion` that exists already is replaced only with `overwrite` (a run's own are replaced).
+    Unless `quiet`, it says what it scores and why, shows a progress bar and prints what `vitkit eval` prints."""
+    reading = ReadOptions(on_corrupt=on_corrupt, workers=workers)
+    asked = split
+    dataset, split = open_data(weights, data, split, data_dir, reading)
     named_confusion = confusion is not None
     folder = Path(out) if out is not None else Path(weights) if run_recipe(weights) is not None else None
     if confusion is None and folder is not None:
@@ -103,9 +105,14 @@ def evaluate_weights(
         check_file_destination(path, overwrite=overwrite)
     model = load_weights(weights).to(resolve_device(device))
     names = class_labels(model.class_names, list(dataset.classes), f"{weights} on {dataset.description}")
-    chosen = inference_precision(precision, model, batch_size, images=len(dataset))
+    say = say_nothing if quiet else print
+    say(f"scoring {len(dataset)} images: {scored(weights, data, asked, split, data_dir)}")
+    chosen = inference_precision(
+        precision, model, batch_size, images=len(dataset), say=say_nothing if quiet else None
+    )
     with chosen.weights_held(model, compile) as forward:
-        result = evaluate_model(forward, dataset, batch_size=batch_size, precision=chosen)
+        progress = None if quiet else f"evaluating {split}"
+        result = evaluate_model(forward, dataset, batch_size=batch_size, precision=chosen, progress=progress)
     report: dict[str, Any] = {
         "weights": str(weights),
         "data": dataset.description,
@@ -125,4 +132,43 @@ def evaluate_weights(
         folder.mkdir(parents=True, exist_ok=True)
         report["report"] = str(folder / f"eval_{split}.json")
         atomic_write_text(report["report"], json.dumps(report, indent=2) + "\n")
+    say(evaluation_lines(report))
     return report
+
+
+def scored(
+    weights: str | os.PathLike, data: object, asked: str | None, split: str, data_dir: str | None
+) -> str:
+    """Which images an evaluation scores and why: the data named, or the run's own split, chosen how."""
+    recipe = run_recipe(weights)
+    if data is not None or recipe is None:
+        return f"{data} ({split} split), as named"
+    if asked is not None:
+        return f"the run's {split} split, as asked"
+    if split == "test":
+        return "the run's test split (it held no training images out)"
+    try:  # the test split's size, to say what --split test would score
+        test = f" {len(open_source(str(recipe.data.source), 'test', data_dir or recipe.data.data_dir))}"
+    except (OSError, ValueError):
+        test = ""
+    return (
+        f"the {recipe.data.val_split} training images the run held out (data.val_split) and never trained on, "
+        f"which chose its settings; --split test scores the{test} images of its test split"
+    )
+
+
+def evaluation_lines(report: dict[str, Any]) -> str:
+    """What `vitkit eval` and `vitkit.evaluate` print: precision, data, accuracy, per class and the files."""
+    lines = [
+        f"device {report['device']}, precision {report['precision']} ({report['precision_reason']})",
+        f"{report['data']} ({report['split']}, {report['images']} images)",
+        f"top-1 {100 * report['top1']:.2f}%  top-5 {100 * report['top5']:.2f}%  loss {report['loss']:.4f}",
+    ]
+    width = max(len(name) for name in report["per_class"])
+    lines.append(f"  {'class':<{width}}  {'images':>6}  {'top-1':>7}")
+    for name, row in report["per_class"].items():
+        top1 = f"{100 * row['top1']:6.2f}%" if row["top1"] is not None else "      -"
+        lines.append(f"  {name:<{width}}  {row['images']:>6}  {top1}")
+    lines += [f"{what}: {report[key]}" for key, what in (("confusion", "confusion matrix"), ("report", "results"))
+              if key in report]  # fmt: skip
+    return "\n".join(lines)

@@ -190,6 +190,9 @@ class TrainSection:
     fewshot_every: int = option(0, "few-shot linear evaluation every N steps and at the end (0: off)")
     fewshot_num_test: int = option(2000, "test images of the few-shot evaluation")
     checkpoint_every: int = option(200, "write a checkpoint every N steps (and at the end)")
+    checkpoint_minutes: float = option(
+        5.0, "also write one once this many minutes passed since the last (0: by steps only)"
+    )
     keep_checkpoints: int = option(2, "checkpoints kept")
     log_every: int = option(20, "log the loss every N steps")
     precision: str = option("auto", "auto, bf16 or fp32 (docs/PRECISION.md)", PRECISIONS)
@@ -344,6 +347,7 @@ class RunConfig:
             raise ValueError(f"train.steps must be <= 2**53 = {MAX_STEPS:,}, got {t.steps}")
         _check_range("optim.lr", o.lr, 0.0, math.inf, low_open=True)
         _check_range("train.epochs", t.epochs, 0.0, math.inf)
+        _check_range("train.checkpoint_minutes", t.checkpoint_minutes, 0.0, math.inf, high_open=True)
         _check_range("optim.weight_decay", o.weight_decay, 0.0, math.inf)
         _check_range("optim.momentum", o.momentum, 0.0, 1.0, high_open=True)
         for i, beta in enumerate(o.betas):

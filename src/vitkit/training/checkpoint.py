@@ -24,6 +24,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +33,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from vitkit.collectives import barrier, broadcast_object, world
+from vitkit.collectives import all_reduce_sum, barrier, broadcast_object, world
 from vitkit.storage import CONFIG_NAME, DiskFull, atomic_write_text, follow_umask, is_disk_full, read_config
 from vitkit.training import checkpoint_formats as formats
 
@@ -118,6 +119,28 @@ class CheckpointManager:
         return final if rank == 0 else None
 
 
+class CheckpointClock:
+    """Checkpoints by time as well as by steps: one is due once `minutes` (train.checkpoint_minutes; 0: never)
+    have passed since the last one written (or the run's start), so a killed run loses minutes at most, however
+    slow its steps. Every rank takes the same decision: rank 0's clock, and a stop if any rank was signalled."""
+
+    def __init__(self, minutes: float, device: torch.device) -> None:
+        self.seconds, self.device = 60.0 * minutes, device
+        self.last = time.perf_counter()
+
+    def decide(self, stopping: bool) -> tuple[bool, bool]:
+        """(a checkpoint due by time, the run stopping) at this step boundary; collective under several ranks."""
+        rank, world_size = world()
+        due = self.seconds > 0 and time.perf_counter() - self.last >= self.seconds
+        if world_size == 1:
+            return due, stopping
+        flags = all_reduce_sum(torch.tensor([float(due and rank == 0), float(stopping)], device=self.device))
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
+    def written(self) -> None:
+        self.last = time.perf_counter()
+
+
 def config_fields(model: nn.Module) -> dict[str, Any]:
     """config.json of `model`: its architecture, and its class names when it has them."""
     fields: dict[str, Any] = cast(Any, model).config.to_dict()
@@ -145,6 +168,12 @@ def checkpoint_step(path: str | os.PathLike) -> int:
 def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     dirs = checkpoint_dirs(run_dir)
     return dirs[-1] if dirs else None
+
+
+def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
+    """Which checkpoint a stopped run continues from, for the line that says it stopped."""
+    last = latest_checkpoint(run_dir)
+    return f"last good checkpoint: step {checkpoint_step(last)}" if last else "no checkpoint written yet"
 
 
 def publish(tmp: Path, final: Path, keep: int) -> None:

@@ -210,8 +210,11 @@ class FeatureStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with locked(self.path):
                 self._merge_written()
-                order = sorted(self.rows, key=self.rows.__getitem__)
-                if len(order) < self.count:  # a key added twice (one photo twice): its first row only
+                rows = len(self.features)
+                order = [key for key in sorted(self.rows, key=self.rows.__getitem__) if self.rows[key] < rows]
+                # a key added twice (one photo twice), or rows whose keys an interruption kept from being
+                # indexed: each key's first row only
+                if len(order) != rows:
                     self.features = self.features[[self.rows[key] for key in order]]
                     self.rows, self.count = {key: row for row, key in enumerate(order)}, len(order)
                 keys = json.dumps(order)

@@ -7,6 +7,7 @@ eval and convert read like any other.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from vitkit.recipe.run_config import RunConfig
 from vitkit.sizes import to_pair
 from vitkit.storage import FINAL_DIR, save_pretrained
 from vitkit.training.build import RunData, build_run_model, open_data
+from vitkit.training.checkpoint import SavedCheckpoint
 from vitkit.training.features import FeatureStore, pre_logits, split_features, store_path
 from vitkit.training.objectives import objective_for
 from vitkit.training.provenance import record_start, start_record
@@ -52,6 +54,8 @@ class FrozenFit:
     feature_seconds: float = 0.0
     clock: float = field(default_factory=time.perf_counter)  # as the engine's: from data and model built
     quiet: bool = False  # no lines, no progress bars
+    saved: SavedCheckpoint | None = None  # the checkpoint a resumed fit continues (last blocks)
+    created: bool = False  # the run directory exists (last blocks make it before their features)
 
     def say(self, line: str) -> None:
         """A line of the fit's log on stdout, unless it is quiet."""
@@ -59,12 +63,14 @@ class FrozenFit:
             print(line, flush=True)
 
 
-def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quiet: bool) -> FrozenFit:
-    """The new run directory (never over another), the data (indexable: images keyed by index) and the model
-    from the recipe's weights with a zero-initialised head for the data's classes; a line says what runs
-    (`quiet`: this and every other line of the fit left out)."""
+def open_fit(
+    config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quiet: bool, resume: bool = False
+) -> FrozenFit:
+    """The new run directory (never over another; with `resume` the run's, locked, and its latest checkpoint),
+    the data (indexable: images keyed by index) and the model from the recipe's weights with a zero-initialised
+    head for the data's classes; a line says what runs (`quiet`: this and every other line of the fit left out)."""
     train = config.train
-    open_run_dir(run_dir, lock, resume=False)
+    saved = open_run_dir(run_dir, lock, resume)
     device = resolve_device(train.device)
     if train.threads:
         torch.set_num_threads(train.threads)
@@ -74,11 +80,13 @@ def open_fit(config: RunConfig, run_dir: Path, lock: RunDirLock, what: str, quie
     classes = list(data.train.classes)
     built = cast(Model, build_run_model(config, objective_for(train), classes, None))  # a classifier
     model = probe_pooling(built, config.model.overrides).to(device)
-    precision = inference_precision(
-        train.precision, model, train.eval_batch(), say=say_nothing if quiet else None
-    )
+    # A resume computes in the precision the fit chose: the cached features it continues on are keyed by it.
+    chosen = train.precision if saved is None else saved.state["precision"]
+    precision = inference_precision(chosen, model, train.eval_batch(), say=say_nothing if quiet else None)
     size = "x".join(str(side) for side in to_pair(model.config.img_size))
-    fit = FrozenFit(config, run_dir, device, data, classes, model, precision, quiet=quiet)
+    fit = FrozenFit(
+        config, run_dir, device, data, classes, model, precision, quiet=quiet, saved=saved, created=resume
+    )
     fit.say(
         f"{what}: {config.model.weights} ({count_parameters(model) / 1e6:.2f}M parameters at {size}), "
         f"{len(classes)} classes; data {data.train.description}; device {device}; precision {precision}; "
@@ -117,9 +125,22 @@ def cache_features(
     splits |= {"validation": data.validation} if data.validation is not None else {}
     for name, source in splits.items():
         batch = fit.config.train.eval_batch()
-        x, y, lost = split_features(
-            fit.model, source, store, fit.precision, batch, f"{name} features", compute, shown=not fit.quiet
-        )
+        try:
+            x, y, lost = split_features(
+                fit.model,
+                source,
+                store,
+                fit.precision,
+                batch,
+                f"{name} features",
+                compute,
+                shown=not fit.quiet,
+            )
+        except KeyboardInterrupt:  # stopped: the features computed so far are kept for the next fit
+            store.save()
+            print(f"{len(store.rows) - known} features computed so far are kept ({store.path}): a fit of the same "
+                  "weights computes only the others", file=sys.stderr)  # fmt: skip
+            raise
         fit.features[name], fit.skipped = (x, y), fit.skipped + lost
         store.save()  # what is computed is kept, also when a later split fails
     fit.computed = len(store.rows) - known
@@ -163,7 +184,9 @@ def write_fitted_run(
 ) -> dict[str, Any]:
     """The run directory of `fit.model` as it is now; report.json: `report` and what every fit reports."""
     wall_seconds = time.perf_counter() - fit.clock
-    create_run_dir(fit.run_dir, fit.config, lock)
+    fit.say(f"saving final/, {CONFUSION_NAME} and report.json into {fit.run_dir}")
+    if not fit.created:
+        create_run_dir(fit.run_dir, fit.config, lock)
     record = start_record(fit.device, command)
     record_start(fit.run_dir, record)
     save_pretrained(fit.model.cpu(), fit.run_dir / FINAL_DIR)

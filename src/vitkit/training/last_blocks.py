@@ -16,6 +16,8 @@ sequence (`VisionTransformer.encode(z, first=L - K)`).
 
 from __future__ import annotations
 
+import base64
+import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -24,24 +26,31 @@ import numpy as np
 import torch
 from torch import nn
 
+from vitkit import shutdown
 from vitkit.models.vit import VisionTransformer
 from vitkit.recipe.run_config import RunConfig
+from vitkit.training.checkpoint import CheckpointClock, CheckpointManager, last_good_checkpoint
 from vitkit.training.frozen_fit import FrozenFit, cache_features, evaluate_scores, open_fit, write_fitted_run
 from vitkit.training.objectives import classification_loss
 from vitkit.training.optim import build_optimizer, learning_rate, set_learning_rate
-from vitkit.training.rundir import RunDirLock
+from vitkit.training.rundir import RunDirLock, create_run_dir
 
 LOG_SECONDS = 10.0  # a progress line at least this often
+PLAN_AFTER = (1, 3)  # the steps (of this process) after which the fit says how long it will take
 
 
 def fit_last_blocks(
-    config: RunConfig, run_dir: Path, command: list[str] | None = None, quiet: bool = False
+    config: RunConfig,
+    run_dir: Path,
+    command: list[str] | None = None,
+    quiet: bool = False,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Tune the last blocks and head of `config` (train.fit='last_blocks') into a new run directory `run_dir`;
-    returns report.json. `quiet` prints nothing."""
+    """Tune the last blocks and head of `config` (train.fit='last_blocks') into a new run directory `run_dir`, or
+    continue its latest checkpoint with `resume`; returns report.json. `quiet` prints nothing."""
     lock = RunDirLock(run_dir)
     try:
-        return _fit(config.validate(), run_dir, lock, command, quiet)
+        return _fit(config.validate(), run_dir, lock, command, quiet, resume)
     finally:
         lock.release()
 
@@ -70,11 +79,11 @@ def freeze_all_but(model: VisionTransformer, first: int) -> list[nn.Parameter]:
 
 
 def _fit(
-    config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None, quiet: bool
+    config: RunConfig, run_dir: Path, lock: RunDirLock, command: list[str] | None, quiet: bool, resume: bool
 ) -> dict[str, Any]:
     train = config.train
     what = f"last {train.tuned_blocks} block(s) and a head on frozen tokens"
-    fit = open_fit(config, run_dir, lock, what, quiet)
+    fit = open_fit(config, run_dir, lock, what, quiet, resume)
     if not isinstance(fit.model, VisionTransformer):
         raise ValueError(f"{config.model.weights}: train.fit='last_blocks' tunes a ViT's blocks")
     model = fit.model
@@ -93,12 +102,14 @@ def _fit(
     ]
     if augmented:
         fit.say(f"{', '.join(augmented)}: not applied; cached tokens are each image as evaluation sees it")
+    if not fit.created:  # from here on a stopped fit leaves its run directory, to resume
+        create_run_dir(run_dir, config, lock)
+        fit.created = True
     cache_features(
         fit, lambda m, x: cast(VisionTransformer, m).tokens_entering(x, first), tokens_entering=first
     )
-    start = time.perf_counter()
-    losses = train_tuned(fit, first)
-    train_seconds = time.perf_counter() - start
+    checkpoints = CheckpointManager(run_dir, "none", train.keep_checkpoints)
+    losses, train_seconds = train_tuned(fit, first, checkpoints)
     model.eval()
 
     @torch.no_grad()
@@ -120,9 +131,13 @@ def _fit(
     return write_fitted_run(fit, lock, command, confusion, report)
 
 
-def train_tuned(fit: FrozenFit, first: int) -> list[float]:
+def train_tuned(
+    fit: FrozenFit, first: int, checkpoints: CheckpointManager | None = None
+) -> tuple[list[float], float]:
     """`train.steps` optimizer steps of the tuned part on batches of cached training sequences (an epoch's order
-    drawn with `train.seed`); returns the losses."""
+    drawn with `train.seed`), continuing `fit.saved` when resumed; returns the losses and the seconds of steps.
+    With `checkpoints`, one is written every train.checkpoint_every steps, train.checkpoint_minutes and at the
+    end, and at the end of the step a signal came in (vitkit.shutdown), before the interruption is raised."""
     config, model = fit.config, cast(VisionTransformer, fit.model)
     train, optim = config.train, config.optim
     torch.manual_seed(train.seed)  # dropout and stochastic depth in the tuned blocks
@@ -132,26 +147,110 @@ def train_tuned(fit: FrozenFit, first: int) -> list[float]:
     tokens, labels = torch.from_numpy(x), torch.from_numpy(y).long()
     batch = min(train.batch_size, len(labels))
     order = torch.Generator().manual_seed(train.seed)
-    batches: list[torch.Tensor] = []
-    losses: list[float] = []
+    position = TunedPosition(order, fit.device)
+    if checkpoints is not None and fit.saved is not None:
+        checkpoints.restore(fit.saved, model, optimizer, None)
+        position.restore(fit.saved.state)
+    by_time = CheckpointClock(train.checkpoint_minutes, fit.device)
     model.train()
-    logged = time.perf_counter()
-    for step in range(train.steps):
-        if not batches:
-            batches = list(torch.randperm(len(labels), generator=order).split(batch))
-        rows = batches.pop(0)
-        set_learning_rate(optimizer, learning_rate(step, train.steps, optim))
-        with fit.precision.autocast():
-            logits = tuned_logits(model, tokens[rows].to(fit.device), first)
-            loss = classification_loss(logits, labels[rows].to(fit.device), train.loss, train.label_smoothing)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if optim.grad_clip:
-            torch.nn.utils.clip_grad_norm_(parameters, optim.grad_clip)
-        optimizer.step()
-        losses.append(float(loss.detach()))
-        now = time.perf_counter()
-        if step + 1 == train.steps or (step + 1) % train.log_every == 0 or now - logged >= LOG_SECONDS:
-            fit.say(f"step {step + 1}/{train.steps}  loss {losses[-1]:.4f}")
-            logged = now
-    return losses
+    logged = planned = time.perf_counter()
+    at = written = first_step = position.step
+    stepping = False  # within a step its weights may be half-updated: never saved
+    try:
+        for step in range(at, train.steps):
+            shutdown.raise_if_stopped()
+            stepping = True
+            with shutdown.finishing_step():
+                start = time.perf_counter()
+                if not position.batches:
+                    position.batches = list(torch.randperm(len(labels), generator=order).split(batch))
+                rows = position.batches.pop(0)
+                set_learning_rate(optimizer, learning_rate(step, train.steps, optim))
+                with fit.precision.autocast():
+                    logits = tuned_logits(model, tokens[rows].to(fit.device), first)
+                    loss = classification_loss(
+                        logits, labels[rows].to(fit.device), train.loss, train.label_smoothing
+                    )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if optim.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(parameters, optim.grad_clip)
+                optimizer.step()
+                position.losses.append(float(loss.detach()))
+                position.seconds += time.perf_counter() - start
+                at, stepping = step + 1, False
+            due, stopping = by_time.decide(shutdown.stop_requested())
+            now = time.perf_counter()
+            ran = at - first_step
+            if ran in PLAN_AFTER and at < train.steps:  # the first step also pays for warm-up: timed apart
+                per_step = (now - planned) / (ran - (PLAN_AFTER[0] if ran > PLAN_AFTER[0] else 0))
+                fit.say(f"plan: {train.steps} steps of {batch} sequences; {per_step:.2f} s a step: about "
+                        f"{per_step * (train.steps - at):.0f} s to go")  # fmt: skip
+                planned = now
+            if at == train.steps or at % train.log_every == 0 or now - logged >= LOG_SECONDS:
+                fit.say(f"step {at}/{train.steps}  loss {position.losses[-1]:.4f}")
+                logged = now
+            if stopping:
+                raise KeyboardInterrupt
+            if checkpoints is not None and (due or at % train.checkpoint_every == 0 or at == train.steps):
+                checkpoints.save(at, model, optimizer, None, position.state(fit.precision.name))
+                written = at
+                by_time.written()
+    except KeyboardInterrupt:
+        kept = checkpoints is not None and not stepping and at > written
+        if checkpoints is not None and kept:
+            checkpoints.save(at, model, optimizer, None, position.state(fit.precision.name))
+        print(
+            f"stopped after step {at} of {train.steps}: checkpoint step {at} written"
+            if kept
+            else f"stopped at step {at} of {train.steps}; {last_good_checkpoint(fit.run_dir)}",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise
+    return position.losses, position.seconds
+
+
+class TunedPosition:
+    """Where the tuned steps are: the step, the losses so far, the seconds of steps, the epoch's batches still to
+    run with the generator that draws the next epoch's order, and the generator of dropout: a checkpoint's
+    state.json holds it all (the generators' states in base64), so a resumed fit continues bitwise."""
+
+    def __init__(self, order: torch.Generator, device: torch.device) -> None:
+        self.order, self.device = order, device
+        self.batches: list[torch.Tensor] = []
+        self.losses: list[float] = []
+        self.seconds = 0.0
+
+    @property
+    def step(self) -> int:
+        return len(self.losses)
+
+    def state(self, precision: str) -> dict[str, Any]:
+        """state.json's fields (the checkpoint adds the step); `precision`, the fit's, keys its cached features."""
+        cuda = [_encoded(torch.cuda.get_rng_state(self.device))] if self.device.type == "cuda" else []
+        return {
+            "losses": self.losses,
+            "train_seconds": self.seconds,
+            "precision": precision,
+            "batches": [rows.tolist() for rows in self.batches],
+            "order": _encoded(self.order.get_state()),
+            "dropout": _encoded(torch.get_rng_state()),
+            "cuda_dropout": cuda,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.losses, self.seconds = list(state["losses"]), float(state["train_seconds"])
+        self.batches = [torch.tensor(rows, dtype=torch.int64) for rows in state["batches"]]
+        self.order.set_state(_decoded(state["order"]))
+        torch.set_rng_state(_decoded(state["dropout"]))
+        for cuda in state["cuda_dropout"]:
+            torch.cuda.set_rng_state(_decoded(cuda), self.device)
+
+
+def _encoded(tensor: torch.Tensor) -> str:
+    return base64.b64encode(tensor.numpy().tobytes()).decode()
+
+
+def _decoded(text: str) -> torch.Tensor:
+    return torch.frombuffer(bytearray(base64.b64decode(text)), dtype=torch.uint8)

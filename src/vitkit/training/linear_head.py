@@ -66,10 +66,19 @@ def set_head(model: Model, a: np.ndarray, b: np.ndarray) -> None:
 
 
 def fit_linear(
-    config: RunConfig, run_dir: Path, command: list[str] | None = None, quiet: bool = False
+    config: RunConfig,
+    run_dir: Path,
+    command: list[str] | None = None,
+    quiet: bool = False,
+    resume: bool = False,
 ) -> dict[str, Any]:
     """Fit the head of `config` (train.fit='linear') into a new run directory `run_dir`; returns report.json.
-    `quiet` prints nothing."""
+    `quiet` prints nothing. Nothing to resume (`resume` is refused): an interrupted fit keeps the features it
+    computed, and the same command computes only the others."""
+    if resume:
+        raise ValueError(
+            "train.fit='linear' has no steps to resume: fit again into a new --out (the features are cached)"
+        )
     lock = RunDirLock(run_dir)
     try:
         return _fit(config.validate(), run_dir, lock, command, quiet)

@@ -36,6 +36,7 @@ class Progress:
         )
         self.start_time, self.start_step = time.perf_counter(), initial
         self.done, self.step_end, self.last_line = initial, self.start_time, self.start_time
+        self.phase, self.phase_start = "", self.start_time  # what runs between steps (an evaluation), if any
         self.lock, self.stopped = threading.Lock(), threading.Event()
         self.watcher = threading.Thread(target=self._watch, name="vitkit-progress", daemon=True)
         if enabled:
@@ -50,6 +51,8 @@ class Progress:
             if self.bar is not None:
                 self.bar.refresh()  # its clock moves on
                 self.last_line = now
+            elif self.phase:
+                self.write(f"{self.phase}: {now - self.phase_start:.0f} s so far")
             else:
                 self.write(f"still working: {now - self.step_end:.0f} s since step {self.done}/{self.total}")
 
@@ -69,7 +72,7 @@ class Progress:
         their input (waiting for the batch, mixing it)."""
         if not self.enabled:
             return
-        self.done, self.step_end = step, time.perf_counter()
+        self.done, self.step_end, self.phase = step, time.perf_counter(), ""
         if self.bar is not None:
             self.bar.update(step - self.bar.n)
             postfix = {
@@ -86,6 +89,12 @@ class Progress:
                 f"step {step}/{self.total}  loss {loss:.4f}  lr {lr:.2e}  {images_per_second:.3g} img/s  "
                 f"data wait {data_wait:.1%}  eta {_duration(eta)}"
             )
+
+    def begin(self, phase: str) -> None:
+        """A phase between steps (an evaluation): said now, and named by the lines that tell it still runs; the
+        next step ends it."""
+        self.write(phase)
+        self.phase, self.phase_start = phase, time.perf_counter()
 
     def write(self, message: str) -> None:
         if not self.enabled:
@@ -182,6 +191,10 @@ class RunLog:
 
     def write(self, line: str) -> None:
         self.progress.write(line)
+
+    def phase(self, what: str) -> None:
+        """Say what runs now between steps (vitkit.training.progress.Progress.begin)."""
+        self.progress.begin(what)
 
     def flush(self) -> None:
         """Every record so far durable, before a checkpoint claims its step."""

@@ -184,6 +184,7 @@ def finish(
         **summary,
         "objective": train.objective,
         "images_per_second": train.steps * train.batch_size / max(train_seconds, 1e-9),
+        "train_seconds": train_seconds,
         **loss_summary(read_metrics(run_dir)),
         "epochs": train.steps * train.batch_size / len(train_set),
         "parameters": count_parameters(model),

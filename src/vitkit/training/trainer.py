@@ -6,6 +6,7 @@ the evaluators), then `fit()`, the loop."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -30,7 +31,7 @@ from vitkit.training.build import (
     optimizer_and_average,
     run_precision,
 )
-from vitkit.training.checkpoint import CheckpointManager, checkpoint_step, latest_checkpoint
+from vitkit.training.checkpoint import CheckpointClock, CheckpointManager, last_good_checkpoint
 from vitkit.training.distributed import (
     gathered_model,
     local_device,
@@ -67,13 +68,9 @@ def run_training(
     `torchrun --max-restarts` continue from the latest checkpoint.
     """
     frozen = {"linear": fit_linear, "last_blocks": fit_last_blocks}.get(config.train.fit)
-    if frozen is not None:  # on cached features: no checkpoints, nothing to resume
-        if resume:
-            raise ValueError(
-                f"train.fit={config.train.fit!r} has no steps to resume: fit again into a new --out (the "
-                "features are cached)"
-            )
-        return frozen(config, Path(run_dir), command, quiet)
+    if frozen is not None:  # on cached features (a linear fit has no steps to resume)
+        with shutdown.interruptible():
+            return frozen(config, Path(run_dir), command, quiet, resume)
     with shutdown.interruptible(), process_group(resolve_device(config.train.device)):
         resume = resume or (restarted_by_torchrun() and (Path(run_dir) / RECIPE_NAME).is_file())
         lock = RunDirLock(run_dir)  # taken by rank 0 when the run directory opens, released however it ends
@@ -176,28 +173,11 @@ class Trainer:
         timer = self.train_step.timer
         self.model.train()
         try:
-            for step in range(start_step, train.steps):
-                shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
-                done = step + 1
-                step_start = time.perf_counter()
-                checkpointed = done % train.checkpoint_every == 0 or done == train.steps
-                try:
-                    loss, lr, skipped = self.train_step(step, timed=log.is_log_step(done))
-                    self.losses.append(done, loss, lr)
-                    read = self.losses.read(sync_point=log.is_log_step(done) or checkpointed)
-                except NonFiniteLoss as error:
-                    raise NonFiniteLoss(f"{error} ({last_good_checkpoint(self.run_dir)})") from None
-                log.step(done, read, skipped, timer.share("data"))
-                self.train_skipped += skipped
-                train_seconds += time.perf_counter() - step_start
-                scheduled = [e for e in self.all_evaluators() if measures_after_step(e, done, train.steps)]
-                log.evaluations(done, self.measure(scheduled), time.perf_counter() - clock)
-                if checkpointed:
-                    log.flush()
-                    self.save(done, time.perf_counter() - clock, train_seconds)
+            train_seconds = self.train_loop(log, clock, train_seconds)
             self.train_step.close()  # the training workers stop before evaluation starts its own
             if self.device.type == "cpu" and train.keep_freed_memory:
                 return_freed_memory()  # the heap kept for training steps goes back before evaluation forks workers
+            log.phase(f"evaluating {self.evaluated(self.all_evaluators())}")
             evaluations = self.measure(self.all_evaluators())
             wall = time.perf_counter() - clock
             gathered = gathered_model(self.eval_model, self.strategy)  # FSDP: gathered on rank 0 (every rank)
@@ -226,8 +206,85 @@ class Trainer:
         if self.data.validation is not None:
             summary |= {"val_data": self.data.validation.description, "val_images": len(self.data.validation)}
         assert gathered is not None  # rank 0, the one that reaches here
+        if not self.quiet:
+            print(f"saving final/, figures and report.json into {self.run_dir}", flush=True)
         return report.finish(self.run_dir, self.config, self.objective.final_model(gathered), summary,
                              self.test_evaluator.confusion, self.data.train, self.data.test, train_seconds)  # fmt: skip
+
+    def train_loop(self, log: RunLog, clock: float, train_seconds: float) -> float:
+        """The steps from the run's step to train.steps, with the evaluations and checkpoints (by steps and by
+        time) due after each; returns the seconds spent in steps. A signal lets the step in progress end
+        (vitkit.shutdown.finishing_step), then the run is checkpointed at that step and interrupted."""
+        train, timer = self.config.train, self.train_step.timer
+        by_time = CheckpointClock(train.checkpoint_minutes, self.device)
+        at = written = self.state["step"]  # the step the weights are at; the last one checkpointed
+        stepping = stopping = False  # within a step its weights may be half-updated: never saved
+        try:
+            for step in range(at, train.steps):
+                shutdown.raise_if_stopped()  # a Ctrl-C whose KeyboardInterrupt Python ignored (in a fork hook)
+                done, stepping = step + 1, True
+                with shutdown.finishing_step():
+                    try:
+                        step_start = time.perf_counter()
+                        loss, lr, skipped = self.train_step(step, timed=log.is_log_step(done))
+                        train_seconds += time.perf_counter() - step_start
+                        due, stopping = by_time.decide(shutdown.stop_requested())
+                        checkpointed = (
+                            due or stopping or done % train.checkpoint_every == 0 or done == train.steps
+                        )
+                        self.losses.append(done, loss, lr)
+                        read = self.losses.read(sync_point=log.is_log_step(done) or checkpointed)
+                    except NonFiniteLoss as error:
+                        raise NonFiniteLoss(f"{error} ({last_good_checkpoint(self.run_dir)})") from None
+                    log.step(done, read, skipped, timer.share("data"))
+                    self.train_skipped += skipped
+                    at, stepping = done, False
+                if stopping:  # every rank stops at this step: saved together below
+                    raise KeyboardInterrupt
+                scheduled = [e for e in self.all_evaluators() if measures_after_step(e, done, train.steps)]
+                if scheduled:
+                    log.phase(f"step {done}: evaluating {self.evaluated(scheduled)}")
+                log.evaluations(done, self.measure(scheduled), time.perf_counter() - clock)
+                if checkpointed:
+                    log.flush()
+                    self.save(done, time.perf_counter() - clock, train_seconds)
+                    written = done
+                    by_time.written()
+        except KeyboardInterrupt:
+            # Saved unless a step was cut short; under several processes only a stop that every rank agreed on
+            # at a step's end (a save is collective).
+            kept = not stepping and at > written and (stopping or self.world_size == 1)
+            if kept:
+                log.step(at, self.losses.read(), [], timer.share("data"))  # CUDA: the losses not read yet
+                log.flush()
+                self.save(at, time.perf_counter() - clock, train_seconds)
+            if self.rank == 0:
+                self.tell_stopped(log, at, kept)
+            raise
+        return train_seconds
+
+    def tell_stopped(self, log: RunLog, at: int, kept: bool) -> None:
+        """The line of a run stopped by a signal: the step its checkpoint holds (on stderr also when quiet)."""
+        total = self.config.train.steps
+        line = (
+            f"stopped after step {at} of {total}: checkpoint step {at} written"
+            if kept
+            else f"stopped during step {at + 1} of {total} (it did not end within {shutdown.FINISH_SECONDS:g} s of "
+            f"the signal); {last_good_checkpoint(self.run_dir)}"
+        )
+        if self.quiet:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            log.write(line)
+
+    def evaluated(self, evaluators: list[Evaluator]) -> str:
+        """What `evaluators` measure, in images: "1000 test images", and the validation and few-shot ones."""
+        parts = [f"{len(self.data.test)} test images"] if self.test_evaluator in evaluators else []
+        if self.data.validation is not None and any(e in self.evaluators for e in evaluators):
+            parts.append(f"{len(self.data.validation)} validation images")
+        if any(e in self.fewshot for e in evaluators):
+            parts.append("few-shot")
+        return " and ".join(parts) or "the model"
 
     def all_evaluators(self) -> list[Evaluator]:
         """The objective's (every rank) and few-shot (rank 0), test first."""
@@ -263,11 +320,6 @@ class Trainer:
             f"{data.epoch_plan(self.config.train)}); device {self.device}; precision "
             f"{self.precision}; run directory {self.run_dir}"
         )
-
-
-def last_good_checkpoint(run_dir: str | os.PathLike) -> str:
-    last = latest_checkpoint(run_dir)
-    return f"last good checkpoint: step {checkpoint_step(last)}" if last else "no checkpoint written yet"
 
 
 def all_ranks(lines: list[str]) -> list[str]:
