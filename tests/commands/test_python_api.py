@@ -108,6 +108,7 @@ def test_finetune_in_python_then_evaluate(photo_run, tmp_path):
     assert (tmp_path / "ft" / "eval_test.json").is_file()
 
 
+@pytest.mark.slow  # a training run, a fit and an evaluation: about 10 s
 def test_python_calls_print_what_the_commands_print(tmp_path, capsys):
     """vitkit.train and vitkit.evaluate print the lines `vitkit train` and `vitkit eval` print (the phase after
     the last step, the closing line counting the training steps' seconds, the run directory; the results), and
