@@ -76,7 +76,10 @@ _LEGACY_PREFIX = "vision_model."  # 4.x CLIPVisionModel / SiglipVisionModel, and
 _PROJECTION = "visual_projection.weight"
 
 
-def _transform(to_vitkit: Callable[..., list[torch.Tensor]], to_foreign: Callable[..., list[torch.Tensor]]):
+def _transform(
+    to_vitkit: Callable[..., list[torch.Tensor]], to_foreign: Callable[..., list[torch.Tensor]]
+) -> Transform:
+    """A Transform whose functions take the tensors of one side as positional arguments."""
     return Transform(lambda ts, ctx: to_vitkit(*ts), lambda ts, ctx: to_foreign(*ts))
 
 
@@ -88,8 +91,12 @@ FOLD_CLASS_POSITION = _transform(
 STACK_GATE = _transform(lambda gate, up: [torch.cat([gate, up])], lambda fc1: list(fc1.chunk(2)))
 CLASS_VECTOR = _transform(lambda cls: [cls.reshape(1, 1, -1)], lambda cls: [cls.reshape(-1)])
 BATCH_OF_ONE = _transform(lambda table: [table[None]], lambda table: [table[0]])  # nn.Embedding rows
-SPLIT_Q_KV = _transform(lambda packed: list(packed.tensor_split([packed.shape[0] // 3])), lambda q, kv: [torch.cat([q, kv])])
-NO_BIAS = _transform(lambda weight: [weight, weight.new_zeros(weight.shape[0])], lambda weight, bias: [weight])
+SPLIT_Q_KV = _transform(
+    lambda packed: list(packed.tensor_split([packed.shape[0] // 3])), lambda q, kv: [torch.cat([q, kv])]
+)
+NO_BIAS = _transform(
+    lambda weight: [weight, weight.new_zeros(weight.shape[0])], lambda weight, bias: [weight]
+)
 
 
 def _attention(attn: str, out: str) -> list[Rule]:
@@ -106,11 +113,17 @@ def _dinov2_table(folded: bool, swiglu: bool) -> Table:
     if swiglu:
         gate_up = [layer + f"mlp.{n}_proj." for n in ("gate", "up")]
         mlp = [
-            *(Rule.of(f"blocks.{{i}}.mlp.fc1.{p}", [n + p for n in gate_up], STACK_GATE) for p in ("weight", "bias")),
+            *(
+                Rule.of(f"blocks.{{i}}.mlp.fc1.{p}", [n + p for n in gate_up], STACK_GATE)
+                for p in ("weight", "bias")
+            ),
             *linear("blocks.{i}.mlp.fc2", layer + "mlp.down_proj."),
         ]
     else:
-        mlp = [*linear("blocks.{i}.mlp.fc1", layer + "mlp.fc1."), *linear("blocks.{i}.mlp.fc2", layer + "mlp.fc2.")]
+        mlp = [
+            *linear("blocks.{i}.mlp.fc1", layer + "mlp.fc1."),
+            *linear("blocks.{i}.mlp.fc2", layer + "mlp.fc2."),
+        ]
     tokens, position = "embeddings.cls_token", "embeddings.position_embeddings"
     prefix = (
         [Rule.of(("cls_token", "pos_embed.weight"), (tokens, position), FOLD_CLASS_POSITION)]
@@ -164,7 +177,9 @@ def _clip_siglip_table() -> Table:
     )
 
 
-DINOV2_TABLES = {(folded, swiglu): _dinov2_table(folded, swiglu) for folded in (False, True) for swiglu in (False, True)}
+DINOV2_TABLES = {
+    (folded, swiglu): _dinov2_table(folded, swiglu) for folded in (False, True) for swiglu in (False, True)
+}
 CLIP_SIGLIP_TABLE = _clip_siglip_table()
 
 
@@ -200,7 +215,9 @@ def family_of_state(state: Mapping[str, torch.Tensor]) -> str | None:
 
 
 def _getter(config: Any) -> Callable[..., Any]:
-    return config.get if isinstance(config, Mapping) else lambda key, default=None: getattr(config, key, default)
+    return (
+        config.get if isinstance(config, Mapping) else lambda key, default=None: getattr(config, key, default)
+    )
 
 
 def family_hints(config: Any, family: str, source: str) -> dict[str, Any]:
@@ -214,7 +231,9 @@ def family_hints(config: Any, family: str, source: str) -> dict[str, Any]:
             f"{source}: hidden_act {act!r} has no vitkit equivalent (expected one of {sorted(FROM_HF_ACT)})"
         )
     if family == "siglip" and not get("vision_use_head", True):
-        raise ValueError(f"{source}: vision_use_head=False: without its attention-pooling head it pools nothing")
+        raise ValueError(
+            f"{source}: vision_use_head=False: without its attention-pooling head it pools nothing"
+        )
     hints: dict[str, Any] = dict(
         activation=FROM_HF_ACT.get(act, "gelu"),
         layer_norm_eps=get("layer_norm_eps", defaults["layer_norm_eps"]),
@@ -238,7 +257,9 @@ def load_family_state(
     state = modern_family_names(state)
     family = family_of_state(state)
     if family is None:
-        raise ValueError(f"{source}: not a DINOv2, CLIP or SigLIP vision tower (first keys: {sorted(state)[:5]})")
+        raise ValueError(
+            f"{source}: not a DINOv2, CLIP or SigLIP vision tower (first keys: {sorted(state)[:5]})"
+        )
     derived = family_hints(config or {}, family, source)
     if family == "dinov2":
         folded = "embeddings.register_tokens" in state
@@ -279,7 +300,7 @@ def _dinov2_mlp_ratio(config: ViTConfig) -> int | None:
     return ratio if ((int(width * 2 / 3) + 7) // 8 * 8 if swiglu else width) == config.mlp_dim else None
 
 
-def _problems(config: ViTConfig, cls: str, head: nn.Module) -> list[str]:
+def _problems(config: ViTConfig, cls: str, head_bias: torch.Tensor | None) -> list[str]:
     """What of a vitkit model the transformers class `cls` cannot hold."""
     problems = []
     if config.resnet_layers is not None:
@@ -301,7 +322,9 @@ def _problems(config: ViTConfig, cls: str, head: nn.Module) -> list[str]:
         if not config.patch_bias:
             problems.append("a patch embedding without bias")
         if config.num_reg_tokens and config.prefix_pos_embed:
-            problems.append("position rows for the register tokens (Dinov2WithRegistersModel gives them none)")
+            problems.append(
+                "position rows for the register tokens (Dinov2WithRegistersModel gives them none)"
+            )
         if _dinov2_mlp_ratio(config) is None:
             problems.append(f"mlp_dim {config.mlp_dim}, which no integer mlp_ratio of Dinov2Config gives")
     else:
@@ -318,11 +341,13 @@ def _problems(config: ViTConfig, cls: str, head: nn.Module) -> list[str]:
             problems.append(f"classifier {config.classifier!r} (CLIP pools the class token)")
         if config.patch_bias:
             problems.append("a patch embedding with bias (CLIP's has none)")
-        if config.num_classes and bool(head.bias.detach().abs().max() > 0):
+        if head_bias is not None and bool(head_bias.abs().max() > 0):
             problems.append("a head with a bias (CLIP's projection has none)")
     if cls.startswith("Siglip"):
         if config.num_classes:
-            problems.append(f"a {config.num_classes}-class head (SiglipVisionModel has none; use num_classes=0)")
+            problems.append(
+                f"a {config.num_classes}-class head (SiglipVisionModel has none; use num_classes=0)"
+            )
         if not config.patch_bias:
             problems.append("a patch embedding without bias")
     return problems
@@ -369,14 +394,15 @@ def _hf_model(config: ViTConfig, cls: str) -> nn.Module:
 def to_hf_family(model: nn.Module, config: ViTConfig, cls: str) -> nn.Module:
     """`model` as transformers' `cls` (from `hf_class_for`), eval mode: weights loaded strictly, pooled outputs
     equal; what the class cannot hold is a ValueError in one line."""
-    problems = _problems(config, cls, getattr(model, "head", nn.Identity()))
+    state = model.state_dict()
+    problems = _problems(config, cls, state.get("head.bias"))
     if problems:
         raise ValueError(f"to_hf: cannot represent this model as transformers' {cls}: " + "; ".join(problems))
     if cls.startswith("Dinov2"):
         table = DINOV2_TABLES[not config.prefix_pos_embed, config.activation == "swiglu"]
     else:
         table = CLIP_SIGLIP_TABLE
-    tensors = table.from_vitkit(model.state_dict(), "to_hf").tensors
+    tensors = table.from_vitkit(state, "to_hf").tensors
     if cls.startswith("Dinov2"):
         tensors["embeddings.mask_token"] = torch.zeros(1, config.hidden_size)
     if cls == "CLIPVisionModelWithProjection":
