@@ -14,6 +14,9 @@ What transformers can and cannot hold:
 * LayerNorm epsilon (transformers' default 1e-12, the official 1e-6) and GELU flavour travel in the config:
   `layer_norm_eps`, and `hidden_act` 'gelu' (erf) or 'gelu_pytorch_tanh'.
 
+* Today's families: transformers' DINOv2, CLIP and SigLIP vision towers go both ways through `hf_families`;
+  `from_hf` / `to_hf` / `load_hf_state` dispatch there by class, by the model's parts, or by key names.
+
 State dicts with the transformers 4.x names (`encoder.layer.N.attention.attention.query`, ...) are renamed to
 the 5.x names first, as transformers itself does. transformers is imported only inside `from_hf` / `to_hf`.
 """
