@@ -14,6 +14,9 @@ What transformers can and cannot hold:
 * LayerNorm epsilon (transformers' default 1e-12, the official 1e-6) and GELU flavour travel in the config:
   `layer_norm_eps`, and `hidden_act` 'gelu' (erf) or 'gelu_pytorch_tanh'.
 
+* Today's families: transformers' DINOv2, CLIP and SigLIP vision towers go both ways through `hf_families`;
+  `from_hf` / `to_hf` / `load_hf_state` dispatch there by class, by the model's parts, or by key names.
+
 State dicts with the transformers 4.x names (`encoder.layer.N.attention.attention.query`, ...) are renamed to
 the 5.x names first, as transformers itself does. transformers is imported only inside `from_hf` / `to_hf`.
 """
@@ -28,18 +31,21 @@ from torch import nn
 
 from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.registry import Model
+from vitkit.weights.hf_families import (
+    CLASSES,
+    FROM_HF_ACT,
+    TO_HF_ACT,
+    family_of_state,
+    from_hf_family,
+    hf_class_for,
+    load_family_state,
+    modern_family_names,
+    to_hf_family,
+)
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
 from vitkit.weights.vitkit_state import load_vitkit_state
 
 HF_EPS = 1e-12  # transformers' ViTConfig default
-_TO_HF_ACT = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
-# transformers names of the same two functions (gelu_new / gelu_fast are the tanh formula written out)
-_FROM_HF_ACT = {
-    "gelu": "gelu",
-    "gelu_pytorch_tanh": "gelu_tanh",
-    "gelu_new": "gelu_tanh",
-    "gelu_fast": "gelu_tanh",
-}
 # transformers 4.x -> 5.x names inside the encoder, in the order transformers applies them
 _V4_NAMES = (
     ("encoder.layer.", "layers."),
@@ -97,9 +103,9 @@ def hints_from_config(config: Any, source: str) -> dict[str, Any]:
     """Facts of a transformers ViTConfig (object or config.json dict) that the tensors do not carry."""
     get = config.get if isinstance(config, Mapping) else (lambda k, d=None: getattr(config, k, d))
     act = get("hidden_act", "gelu")
-    if act not in _FROM_HF_ACT:
+    if act not in FROM_HF_ACT:
         raise ValueError(
-            f"{source}: hidden_act {act!r} has no vitkit equivalent (expected one of {sorted(_FROM_HF_ACT)})"
+            f"{source}: hidden_act {act!r} has no vitkit equivalent (expected one of {sorted(FROM_HF_ACT)})"
         )
     if not get("qkv_bias", True):
         raise ValueError(f"{source}: qkv_bias=False; the ViT of the paper has biases on q, k and v")
@@ -108,7 +114,7 @@ def hints_from_config(config: Any, source: str) -> dict[str, Any]:
     image = get("image_size", 224)
     return dict(
         num_heads=get("num_attention_heads"),
-        activation=_FROM_HF_ACT[act],
+        activation=FROM_HF_ACT[act],
         layer_norm_eps=get("layer_norm_eps", HF_EPS),
         img_size=image,
     )
@@ -140,7 +146,10 @@ def load_hf_state(
     hints: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Model:
-    """A vitkit model from a transformers ViT state dict (ViTModel / ViTForImageClassification, 4.x / 5.x)."""
+    """A vitkit model from a transformers ViT state dict (ViTModel / ViTForImageClassification, 4.x / 5.x), or
+    a DINOv2 / CLIP / SigLIP vision tower's (with transformers' config defaults: hints say what differs)."""
+    if family_of_state(modern_family_names(state)) is not None:
+        return load_family_state(state, source, hints=hints, **options)
     state = modern_names(state)
     prefix = CLASSIFIER_PREFIX if any(k.startswith(CLASSIFIER_PREFIX) for k in state) else ""
     converted = TABLES[prefix].to_vitkit(state, source)
@@ -149,14 +158,22 @@ def load_hf_state(
 
 
 def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: Any) -> Model:
-    """A vitkit VisionTransformer computing what a transformers ViTModel / ViTForImageClassification computes.
+    """A vitkit VisionTransformer computing what a transformers ViTModel / ViTForImageClassification computes,
+    or a DINOv2 / CLIP / SigLIP vision tower (`hf_families`).
 
     ViTModel gives a head-less vitkit model whose output is `pooler_output` (with a pooler: the pre-logits
-    layer) or the normalised class token (without); ViTForImageClassification gives the classifier.
+    layer) or the normalised class token (without); ViTForImageClassification gives the classifier. A vision
+    tower's `pooler_output` is the vitkit output with `pre_logits=True` (CLIPVisionModelWithProjection's
+    `image_embeds` the logits).
     """
     name = type(hf_model).__name__
+    if name in CLASSES:
+        return from_hf_family(hf_model, keep_pre_logits=keep_pre_logits, **overrides)
     if name not in ("ViTModel", "ViTForImageClassification"):
-        raise ValueError(f"from_hf expects a transformers ViTModel or ViTForImageClassification, got {name}")
+        raise ValueError(
+            f"from_hf expects a transformers ViTModel, ViTForImageClassification or one of {list(CLASSES)}, "
+            f"got {name}"
+        )
     where = f"transformers {name}"
     hints = hints_from_config(hf_model.config, where)
     state = {k: v.detach() for k, v in hf_model.state_dict().items()}
@@ -168,7 +185,8 @@ def from_hf(hf_model: nn.Module, *, keep_pre_logits: bool = False, **overrides: 
 
 
 def to_hf(model: nn.Module) -> Any:
-    """The same network in transformers (eval mode): ViTForImageClassification, or ViTModel when head-less."""
+    """The same network in transformers (eval mode): ViTForImageClassification, or ViTModel when head-less; a
+    model with a family's parts as that family's vision tower (`hf_families.hf_class_for`)."""
     # transformers is optional (extras bench and test): only the conversions to and from it import it.
     from transformers import ViTConfig as HFConfig
     from transformers import ViTForImageClassification, ViTModel
@@ -176,7 +194,20 @@ def to_hf(model: nn.Module) -> Any:
     config = getattr(model, "config", None)
     if not isinstance(config, ViTConfig):
         raise ValueError(f"to_hf expects a vitkit VisionTransformer, got {type(model).__name__}")
-    problems = []
+    family_class = hf_class_for(config)
+    if family_class is not None:
+        return to_hf_family(model, config, family_class)
+    problems = [
+        f"{part} (transformers' ViT has none)"
+        for part, present in (
+            ("register tokens", config.num_reg_tokens),
+            ("position rows for the patches only", not config.prefix_pos_embed),
+            ("a patch embedding without bias", not config.patch_bias),
+            ("q, k, v without bias", not config.qkv_bias),
+            (f"activation {config.activation!r}", config.activation not in TO_HF_ACT),
+        )
+        if present
+    ]
     if config.classifier != "token":
         problems.append(
             f"classifier {config.classifier!r}: transformers' ViT always classifies from the class token"
@@ -197,7 +228,7 @@ def to_hf(model: nn.Module) -> Any:
         num_hidden_layers=config.depth,
         num_attention_heads=config.num_heads,
         intermediate_size=config.mlp_dim,
-        hidden_act=_TO_HF_ACT[config.activation],
+        hidden_act=TO_HF_ACT[config.activation],
         hidden_dropout_prob=config.dropout,
         attention_probs_dropout_prob=config.attention_dropout,
         layer_norm_eps=config.layer_norm_eps,

@@ -1,7 +1,8 @@
 """`load_weights`: any supported weights file or directory -> a loaded vitkit model, fine-tuning overrides.
 
 Formats: official Google .npz (vision_transformer, both key layouts, big_vision), vitkit directories
-(`save_pretrained`, or a training run whose `final/` is one), transformers directories, and timm /
+(`save_pretrained`, or a training run whose `final/` is one), transformers directories (ViT, and the DINOv2,
+CLIP and SigLIP vision towers of `hf_families`), and timm /
 transformers / vitkit state dicts in .safetensors, .pth/.pt/.bin/.ckpt. Where from: a local path, a published
 checkpoint's name ('ViT-B/16-i21k', `vitkit weights list`), an http(s) URL, or a Hugging Face Hub id
 ('hf-hub:timm/<name>'); the last three go through the download cache (vitkit.weights.hub).
@@ -28,6 +29,7 @@ from vitkit.storage import CONFIG_NAME, WEIGHTS_NAME, load_state_dict, read_conf
 from vitkit.weights import hub
 from vitkit.weights.download import fetch
 from vitkit.weights.hf import class_names_from_config, hints_from_config, load_hf_state
+from vitkit.weights.hf_families import MODEL_TYPES, load_family_state
 from vitkit.weights.imagenet import name_classes, recognised_file
 from vitkit.weights.integrity import check_weights_file
 from vitkit.weights.official import load_official, read_npz
@@ -149,10 +151,11 @@ def _load_directory(path: Path, format: str | None, hints: dict[str, Any], optio
         weights = next((directory / n for n in _HF_WEIGHTS if (directory / n).is_file()), None)
         if weights is None:
             raise FileNotFoundError(f"{directory}: a transformers directory needs one of {list(_HF_WEIGHTS)}")
+        state = read_state_dict(weights, _container(weights))
+        if config.get("model_type") in MODEL_TYPES:  # a DINOv2 / CLIP / SigLIP vision tower
+            return load_family_state(state, str(weights), config, hints=hints, **options)
         hf_hints = {**hints_from_config(config, str(config_path)), **hints}
-        model = load_state(
-            read_state_dict(weights, _container(weights)), str(weights), "hf", hf_hints, options
-        )
+        model = load_state(state, str(weights), "hf", hf_hints, options)
         names = class_names_from_config(config, str(config_path))
         if names is not None and not options.get("reset_head") and len(names) == model.config.num_classes:
             model.class_names = names  # id2label; a new head has no names yet
@@ -236,7 +239,9 @@ def _unwrap(obj: Any, path: Path) -> dict[str, torch.Tensor]:
 def detect_format(state: Mapping[str, torch.Tensor], source: str) -> str:
     """Which library wrote a state dict, from its key names."""
     keys = set(state)
-    if any("embeddings.patch_embeddings" in k for k in keys):
+    if any(
+        "embeddings.patch_embeddings" in k or k.endswith("embeddings.patch_embedding.weight") for k in keys
+    ):
         return "hf"
     if "pos_embed" in keys or any(
         k.startswith(("patch_embed.backbone.", "head.fc.", "head.pre_logits.")) for k in keys
