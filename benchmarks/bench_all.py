@@ -23,6 +23,10 @@ FIGURES = Path("docs/figures/bench")
 COMMANDS = {
     "inference-s16": "vitkit bench inference --model ViT-S/16 --batch-size 8 --rounds 12",
     "inference-b16": "vitkit bench inference --model ViT-B/16 --batch-size 8 --rounds 12",
+    "inference-dinov2-b14": (
+        "vitkit bench inference --model DINOv2-B/14 --img-size 224 --batch-size 8 --peers timm --precision bf16 "
+        "--rounds 6 --gemm-size 512"
+    ),
     "batch-s16": "vitkit bench batch --model ViT-S/16 --batch-sizes 1,4,8,16,32,64 --rounds 5",
     "batch-b16": "vitkit bench batch --model ViT-B/16 --batch-sizes 1,4,8,16,32 --rounds 5",
     "resolution": (

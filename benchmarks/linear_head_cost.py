@@ -15,9 +15,12 @@ The folder: 5 classes of augmented 224 px JPEGs (random crops, flips, brightness
 photographs of scikit-image and scikit-learn (benchmarks/make_photo_folders.py loads them). The weights: a ViT-B/16
 in the official ImageNet-21k checkpoint's layout (768-wide pre-logits layer, 21,843 classes) made by vitkit with
 random weights and written as ViT-B_16.npz: the same architecture and cost as the published file, which cannot be
-downloaded everywhere. Every command runs as a fresh process, as a user types it.
+downloaded everywhere. With `--model DINOv2-B/14`, a DINOv2-B/14 (LayerScale; random weights, a random 1000-class
+head for predict to read) saved by vitkit at 224 px, the size photos_linear reads: predict and the fit pay the same
+forward per image. Every command runs as a fresh process, as a user types it.
 
     python benchmarks/linear_head_cost.py /tmp/linear_head_cost --second-fits 5 --out linear_head_cost.json
+    python benchmarks/linear_head_cost.py /tmp/linear_head_dinov2 --model DINOv2-B/14 --out linear_head_dinov2.json
 """
 
 from __future__ import annotations
@@ -90,6 +93,26 @@ def timed(command: list[str], env: dict[str, str]) -> tuple[dict[str, float], st
     return {"wall_s": wall, "cpu_s": used}, done.stdout + done.stderr
 
 
+def official_vit_b16(work: Path) -> Path:
+    """ViT-B/16 in the official ImageNet-21k checkpoint's layout, random weights, as ViT-B_16.npz."""
+    torch.manual_seed(0)
+    model = vitkit.create_model(
+        "ViT-B/16", num_classes=21843, representation_size=768, activation="gelu_tanh"
+    )
+    return vitkit.export_npz(model, work / "ViT-B_16.npz")
+
+
+def dinov2_b14(work: Path) -> Path:
+    """DINOv2-B/14 at 224 px, random weights and a random 1000-class head, as a save_pretrained directory."""
+    torch.manual_seed(0)
+    model = vitkit.create_model("DINOv2-B/14", img_size=SIDE, num_classes=1000)
+    torch.nn.init.normal_(model.head.weight, std=0.02)
+    return model.save_pretrained(work / "DINOv2-B_14")
+
+
+WEIGHTS = {"ViT-B/16": official_vit_b16, "DINOv2-B/14": dinov2_b14}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,20 +124,19 @@ def main() -> None:
     parser.add_argument("--test", type=int, default=20, help="test photos a class (default 20)")
     parser.add_argument("--second-fits", type=int, default=1, help="times the second fit runs (default 1)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
+    parser.add_argument(
+        "--model", choices=WEIGHTS, default="ViT-B/16", help="the weights' architecture (default ViT-B/16)"
+    )
     args = parser.parse_args()
     work = args.work.absolute()
-    photos, weights, cache = work / "photos", work / "ViT-B_16.npz", work / "cache"
+    photos, cache = work / "photos", work / "cache"
     images = write_photos(photos, {"train": args.train, "test": args.test}, seed=0)
-    torch.manual_seed(0)
-    model = vitkit.create_model(
-        "ViT-B/16", num_classes=21843, representation_size=768, activation="gelu_tanh"
-    )
-    vitkit.export_npz(model, weights)
-    del model
+    weights = WEIGHTS[args.model](work)
     env = {**os.environ, "VITKIT_CACHE": str(cache)}
     linear = ["finetune", "--weights", str(weights), "--config", str(Path(__file__).parents[1] / "configs" /
               "photos_linear.toml"), f"data.source=folder:{photos}"]  # fmt: skip
     figures: dict[str, object] = {
+        "model": args.model,
         "cpu": cpu_model(),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

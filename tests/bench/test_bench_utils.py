@@ -113,6 +113,8 @@ def test_peers_refuse_what_they_cannot_express():
         build_peer("torchvision", vitkit.create_model("ViT-B/16", **TINY_VIT_GRID_CONFIG, classifier="gap"))
     with pytest.raises(ValueError):
         build_peer("nope", vitkit.create_model("ViT-B/16", **TINY_VIT_GRID_CONFIG))
+    with pytest.raises(ValueError, match="layer_scale, num_reg_tokens, prefix_pos_embed"):
+        build_peer("torchvision", vitkit.create_model("DINOv2-S/14-reg4", **TINY_VIT_GRID_CONFIG))
 
 
 def test_format_table():
@@ -234,3 +236,20 @@ def test_inference_bench_credits_each_implementation_with_the_flops_it_performs(
         expected = own if row["implementation"].startswith("vitkit") else every_token
         assert row["GFLOPs/image"] == pytest.approx(expected, rel=1e-12)
         assert row["GFLOP/s"] == pytest.approx(row["images/s"] * expected, rel=1e-9)
+
+
+@pytest.mark.slow
+def test_a_peer_without_the_models_parts_is_reported_not_timed():
+    """torchvision's ViT has no registers nor LayerScale: a DINOv2 gets a row saying so, timm is timed."""
+    from vitkit.bench import inference
+
+    rows = inference.inference_vs_peers(
+        "DINOv2-S/14-reg4", 2, peers=["timm", "torchvision"], rounds=1, precision="bf16", **SMALL
+    )
+    assert {row["implementation"] for row in rows if "images/s" in row} == {
+        "vitkit",
+        "timm",
+        "vitkit-autocast",
+    }
+    (skipped,) = [row for row in rows if row["implementation"] == "torchvision"]
+    assert skipped["precision"].startswith("not timed") and "layer_scale" in skipped["precision"]

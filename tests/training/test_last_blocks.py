@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import vitkit
+from families import build_tiny_family
 from image_collections import write_folder
 from vitkit import cli
 from vitkit.data import FolderSource
@@ -57,11 +58,14 @@ def fit(weights: Path, photos: Path, out: Path, *extra: str) -> dict:
     return json.loads((out / "report.json").read_text())
 
 
-def tuned(precision: str) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(losses, weights before, weights after) of 3 steps tuning the last of 3 blocks of a small ViT in
-    `precision`, on cached tokens of random images (the model's own forward from them checked first)."""
+def tuned(
+    precision: str, model: vitkit.VisionTransformer | None = None
+) -> tuple[list[float], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(losses, weights before, weights after) of 3 steps tuning the last of 3 blocks of `model` (a small ViT by
+    default) in `precision`, on cached tokens of random images (the model's own forward from them checked first)."""
     torch.manual_seed(0)
-    model = vitkit.create_model("ViT-Ti/16", **{**SMALL, "num_classes": 3}).eval()
+    if model is None:
+        model = vitkit.create_model("ViT-Ti/16", **{**SMALL, "num_classes": 3}).eval()
     images, labels = torch.randn(8, 3, 32, 32), torch.arange(8) % 3
     with torch.no_grad():
         tokens = model.tokens_entering(images, 2)
@@ -84,6 +88,27 @@ def test_tuning_moves_only_the_last_blocks_and_the_forward_continues_from_their_
     moved = {k for k in after if not torch.equal(before[k], after[k])}
     assert moved and all(k.startswith(("blocks.2.", "norm.", "head.")) for k in moved), moved
     assert "blocks.2.attn.qkv.weight" in moved and "head.weight" in moved
+
+
+@pytest.mark.parametrize(
+    "kind, overrides, pooling",
+    [
+        ("dinov2_reg", {}, ()),  # registers, LayerScale: the class token alone in the last block
+        ("dinov2_reg", {"classifier": "token_gap"}, ()),
+        ("siglip", {}, ("attn_pool.",)),  # the attention pool reads the tuned blocks' tokens
+        ("deit3", {"classifier": "gap", "fc_norm": True}, ("fc_norm.",)),  # the final norm after pooling
+    ],
+)
+def test_tuning_a_family_moves_its_last_block_pooling_and_head(kind, overrides, pooling):
+    model = build_tiny_family(kind, depth=3, num_classes=3, **overrides)
+    losses, before, after = tuned("fp32", model)
+    assert len(losses) == 3 and all(np.isfinite(losses))
+    moved = {k for k in after if not torch.equal(before[k], after[k])}
+    assert all(k.startswith(("blocks.2.", "norm.", "head.", *pooling)) for k in moved), moved
+    assert {"blocks.2.attn.qkv.weight", "head.weight"} <= moved
+    assert all(any(k.startswith(p) for k in moved) for p in pooling), moved
+    if model.config.layer_scale is not None:
+        assert "blocks.2.ls2.gamma" in moved
 
 
 def test_the_tuned_steps_run_in_the_fits_precision():

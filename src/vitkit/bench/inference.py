@@ -82,14 +82,23 @@ def inference_vs_peers(
     candidate for inference (`compiled_for_inference`: inductor with frozen weights). On a CPU the process keeps
     freed memory (`keep_freed_memory`), for every candidate alike. A last row says what `auto` picks here, and why.
     GFLOP/s and MFU count the FLOPs each implementation performs: a class-token ViT's logits skip the last layer's
-    patch tokens in vitkit (`VisionTransformer.forward`), not in the peers.
+    patch tokens in vitkit (`VisionTransformer.forward`), not in the peers. A peer that cannot express the model
+    (torchvision's ViT for a DINOv2, say) gets a row saying why instead of a timing.
     """
     model = bench_model(model_name, img_size).to(device)
     x = torch.randn(batch_size, *model.config.input_size, device=device)
     flops, peer_flops = forward_flops(model, x), forward_flops(model, x, every_token=True)
     modules: dict[str, nn.Module] = {"vitkit": model}
+    skipped: list[dict[str, Any]] = []
     for peer in peers:
-        modules[peer] = build_peer(peer, model).to(device)
+        try:
+            built = build_peer(peer, model)
+        except ValueError as error:  # a peer without the model's parts (torchvision's ViT has no registers)
+            skipped.append({"implementation": peer, "precision": f"not timed: {error}"})
+            if log:
+                log(f"{peer}: not timed: {error}")
+            continue
+        modules[peer] = built.to(device)
         diff = check_same_outputs(model, modules[peer], x[:2])
         if log:
             log(f"{peer}: same weights, max |logits diff| {diff:.2e}")
@@ -163,6 +172,7 @@ def inference_vs_peers(
             row["MFU"] = mfu(
                 results, f"{row['implementation']} {row['precision']}", f"gemm {row['precision']}"
             )
+    rows += skipped
     rows.append(auto_row(model, batch_size))
     for row in rows:
         row.update(model=model_name, batch=batch_size)

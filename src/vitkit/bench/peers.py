@@ -28,7 +28,22 @@ def _plain_vit_config(model: nn.Module):
         raise ValueError(
             "peers exist for plain ViTs only (no hybrid, learned 1-D position embedding, no pre-logits)"
         )
+    later = [name for name, paper in LATER_PARTS.items() if getattr(cfg, name) != paper]
+    if later:
+        raise ValueError(f"this peer has the paper's ViT only, not {', '.join(later)}")
     return cfg
+
+
+# The parts of later ViTs (DeiT III, CLIP, SigLIP, DINOv2) with the paper's value, which torchvision's ViT has.
+LATER_PARTS = dict(
+    layer_scale=None,
+    num_reg_tokens=0,
+    prefix_pos_embed=True,
+    pre_norm=False,
+    patch_bias=True,
+    qkv_bias=True,
+    fc_norm=False,
+)
 
 
 def _load_mapped(

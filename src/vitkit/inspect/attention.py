@@ -2,7 +2,8 @@
 
 All functions take the per-layer attention probabilities of `VisionTransformer.forward_attention`: one
 [B, heads, T, T] tensor per layer, rows = queries, columns = keys, every row summing to 1, with the
-`num_prefix_tokens` prefix (class) tokens first and the gh x gw patches after them in row-major order.
+`num_prefix_tokens` prefix tokens (the class token, then any register tokens) first and the gh x gw patches after
+them in row-major order.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def attention_distance(
     """Mean attention distance [B, heads] of one layer: for each patch query the attention-weighted distance
     (in pixels, see `patch_distances`) to the patches it attends to, averaged over the patch queries.
 
-    Prefix (class) tokens have no position in the image: they are never queries, and as keys
+    Prefix (class and register) tokens have no position in the image: they are never queries, and as keys
     `prefix_keys='renormalise'` (the default) drops them and renormalises each query's attention over the
     patches, so the result is the mean distance *among the patches attended to*; `prefix_keys='zero'` drops
     them without renormalising, i.e. attention to the class token counts as distance 0 (what the widely used
@@ -134,29 +135,51 @@ def rollout_to_patches(
 ) -> torch.Tensor:
     """Rolled-out attention [B, gh, gw] of the classifier's input on the patches, summing to 1 per image.
 
-    'token' models: the class token's row (the first prefix token). 'gap' models classify the mean of the
-    tokens, so the mean of the rows (of every token). Prefix columns are dropped and the rest renormalised.
+    'token' models: the class token's row (the first prefix token). 'gap' and 'map' models read the patch tokens
+    (their mean, or attention pooling over them), so the mean of the patch rows; 'token_gap' reads both, so the
+    mean of those two. Prefix columns (class and register tokens, which have no place in the image) are dropped
+    and the rest renormalised: attention that passed through a register on its way to a patch is kept.
     """
     num_patches = grid[0] * grid[1]
     if joint.ndim != 3 or joint.shape[-1] != num_prefix_tokens + num_patches:
         raise ValueError(
             f"rollout of shape {list(joint.shape)} does not fit grid {grid} + {num_prefix_tokens} prefix"
         )
+    if classifier in ("token", "token_gap") and not num_prefix_tokens:
+        raise ValueError(f"a {classifier!r} classifier needs a class token (num_prefix_tokens >= 1)")
+    patch_rows = joint[:, num_prefix_tokens:].mean(1)
     if classifier == "token":
-        if not num_prefix_tokens:
-            raise ValueError("a 'token' classifier needs a class token (num_prefix_tokens >= 1)")
         row = joint[:, 0]
-    elif classifier == "gap":
-        row = joint.mean(1)
+    elif classifier == "token_gap":
+        row = (joint[:, 0] + patch_rows) / 2
+    elif classifier in ("gap", "map"):
+        row = patch_rows
     else:
-        raise ValueError(f"classifier must be 'token' or 'gap', got {classifier!r}")
+        raise ValueError(f"classifier must be one of 'token', 'gap', 'map', 'token_gap', got {classifier!r}")
     patches = row[:, num_prefix_tokens:]
     patches = patches / patches.sum(-1, keepdim=True).clamp_min(torch.finfo(patches.dtype).tiny)
     return patches.reshape(-1, *grid)
 
 
+def rollout_note(classifier: str, num_reg_tokens: int) -> str:
+    """Which rows of the rollout a figure shows for `classifier`, and what happens to register tokens."""
+    source = {
+        "token": "from the class token",
+        "token_gap": "from the class token and the mean of the patch tokens, averaged",
+        "gap": "from the mean of the patch tokens (GAP)",
+        "map": "from the mean of the patch tokens (the attention-pooling head reads the patches)",
+    }.get(classifier, f"for classifier {classifier!r}")
+    registers = (
+        f"; the {num_reg_tokens} register token(s) are left out (attention rolled through them is kept, "
+        "what rests on them is dropped) and the map renormalised over the patches"
+        if num_reg_tokens
+        else ""
+    )
+    return f"{source} to the patches{registers}"
+
+
 def rollout_masks(model: VisionTransformer, images: torch.Tensor) -> torch.Tensor:
-    """Fig. 6: [B, gh, gw] rolled-out attention from the class token (mean of tokens for GAP) to the patches."""
+    """Fig. 6: [B, gh, gw] rolled-out attention on the patches of what the classifier reads (`rollout_to_patches`)."""
     cfg = model.config
     joint = attention_rollout(attention_maps(model, images))
     return rollout_to_patches(joint, token_grid(model, images), cfg.num_prefix_tokens, cfg.classifier)

@@ -40,7 +40,8 @@ def filter_components(
 
 
 def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, Grid] | None:
-    """The patch rows of the position embedding as ([gh*gw, D], grid), class-token row(s) excluded.
+    """The patch rows of the position embedding as ([gh*gw, D], grid), class- and register-token rows excluded
+    (models without `prefix_pos_embed` have none).
 
     'learned' (1-D), 'learned_2d' (X and Y halves concatenated per patch, as the model adds them) and the
     fixed 'sincos' table; None for kinds without an additive table ('none', 'relative').
@@ -60,7 +61,7 @@ def position_embedding_table(model: VisionTransformer) -> tuple[torch.Tensor, Gr
         if isinstance(pos, SinCos2dPositionEmbedding):
             grid = cfg.grid_size
             table = pos.table(grid, torch.device("cpu"), torch.float32)
-            return table[0, cfg.num_prefix_tokens :], grid
+            return table[0, pos.num_prefix_tokens :], grid
     return None
 
 

@@ -20,7 +20,7 @@ CAPTIONS = {
         "Fig. 7 (centre): position embedding similarity",
         (
             "Cosine similarity of the position embedding of the patch at each (row, column) with those of all "
-            "patches (class token excluded). Nearby patches with similar embeddings mean the model learned the 2-D "
+            "patches (class and register tokens excluded). Nearby patches with similar embeddings mean the model learned the 2-D "
             "image topology."
         ),
     ),
@@ -35,7 +35,7 @@ CAPTIONS = {
         "Fig. 6 / D.8: attention rollout",
         (
             "Attention averaged over heads, the identity added for the residual, rows renormalised and multiplied "
-            "through all layers; shown from the class token (the token mean for GAP models) to the patches."
+            "through all layers, then read on the patches."
         ),
     ),
 }
@@ -111,6 +111,8 @@ def render_report(figures: dict[str, Path], summary: dict[str, Any], title: str 
             )
         elif key not in ("filters", "position_similarity"):
             parts.append("<p class='note'>not computed</p>")
+        if key == "rollout" and summary.get("rollout_note"):
+            parts.append(f"<p class='note'>Shown {e(summary['rollout_note'])}.</p>")
         if key == "attention_distance":
             parts.append(f"<p class='note'>{e(summary.get('mean_attention_distance_notes', ''))}</p>")
             parts.append(_table(summary.get("mean_attention_distance", [])))

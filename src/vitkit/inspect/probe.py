@@ -10,6 +10,7 @@ from vitkit.inspect.attention import (
     attention_distance,
     attention_maps,
     attention_rollout,
+    rollout_note,
     rollout_to_patches,
     token_grid,
 )
@@ -80,6 +81,7 @@ def inspect_model(
     }
     if masks:
         result["rollout"] = (images[:rollout_images].cpu(), torch.cat(masks))
+        result["rollout_note"] = rollout_note(cfg.classifier, cfg.num_reg_tokens)
     if cfg.resnet_layers is not None:
         result["filter_components"] = None
         result["filter_note"] = (
@@ -117,11 +119,14 @@ def summary_json(result: dict[str, Any], config: dict[str, Any], **extra: Any) -
         "pixels of the model input: per patch query the attention-weighted distance between patch centres, "
         "averaged over patch queries and images; "
         + (
-            "prefix (class) tokens are neither queries nor keys, attention renormalised over the patches"
+            "prefix (class and register) tokens are neither queries nor keys, attention renormalised over the "
+            "patches"
             if result["prefix_keys"] == "renormalise"
-            else "prefix (class) tokens are not queries, attention to them counts as distance 0"
+            else "prefix (class and register) tokens are not queries, attention to them counts as distance 0"
         )
     )
+    if "rollout_note" in result:
+        out["rollout_note"] = result["rollout_note"]
     comps = result.get("filter_components")
     out["filter_components"] = {
         "applicable": comps is not None,

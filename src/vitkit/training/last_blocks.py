@@ -70,9 +70,12 @@ def tuned_logits(model: VisionTransformer, tokens: torch.Tensor, first: int) -> 
 
 
 def freeze_all_but(model: VisionTransformer, first: int) -> list[nn.Parameter]:
-    """Only blocks `first`.. , the final norm, pre-logits and the head keep gradients; returns those."""
+    """Only blocks `first`.. , the final norm (before or after pooling), the attention pool of a 'map' head,
+    pre-logits and the head keep gradients; returns those."""
     model.requires_grad_(False)
-    tuned = [*model.blocks[first:], model.norm, model.pre_logits, model.head]
+    tuned = [*model.blocks[first:], model.norm, model.fc_norm, model.pre_logits, model.head]
+    if model.attn_pool is not None:
+        tuned.append(model.attn_pool)
     for module in tuned:
         module.requires_grad_(True)
     return [p for p in model.parameters() if p.requires_grad]
