@@ -108,6 +108,20 @@ def test_peers_get_identical_weights_and_compute_the_same_logits(peer):
         check_same_outputs(model, other, x)
 
 
+@pytest.mark.slow  # imports transformers
+@pytest.mark.parametrize(
+    ("name", "classes"), [("DINOv2-S/14-reg4", 0), ("CLIP-B/16-quickgelu", 10), ("SigLIP-B/16", 0)]
+)
+def test_the_transformers_peer_of_a_family_returns_what_vitkit_returns(name, classes):
+    """A family's transformers tower has no logits: the peer returns its projected (CLIP's head is the
+    projection) or pooled output."""
+    torch.manual_seed(0)
+    model = vitkit.create_model(name, **{**TINY_VIT_GRID_CONFIG, "num_classes": classes}).eval()
+    if model.config.num_classes:
+        torch.nn.init.normal_(model.head.weight)
+    assert check_same_outputs(model, build_peer("transformers", model), torch.randn(2, 3, 32, 32)) < 1e-4
+
+
 def test_peers_refuse_what_they_cannot_express():
     with pytest.raises(ValueError):
         build_peer("torchvision", vitkit.create_model("ViT-B/16", **TINY_VIT_GRID_CONFIG, classifier="gap"))

@@ -67,21 +67,27 @@ def timm_peer(model: nn.Module) -> nn.Module:
 
 
 def hf_peer(model: nn.Module) -> nn.Module:
-    """transformers' ViTForImageClassification with the vitkit model's weights (`vitkit.to_hf`), SDPA attention."""
+    """transformers' model with the vitkit model's weights (`vitkit.to_hf`: ViTForImageClassification, or the
+    vision tower of DINOv2, CLIP or SigLIP), SDPA attention."""
     peer = vitkit.to_hf(model)
     peer.config._attn_implementation = "sdpa"
     return _LogitsOnly(peer)
 
 
 class _LogitsOnly(nn.Module):
-    """Calls a transformers model on pixel values and returns the logits tensor, like the other peers."""
+    """Calls a transformers model on pixel values and returns what the vitkit model returns, like the other
+    peers: the logits, a CLIP tower's projected image embedding, else a tower's pooled output."""
 
     def __init__(self, hf_model: nn.Module) -> None:
         super().__init__()
         self.hf = hf_model
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.hf(pixel_values=x).logits
+        out = self.hf(pixel_values=x)
+        for name in ("logits", "image_embeds", "pooler_output"):
+            if getattr(out, name, None) is not None:
+                return getattr(out, name)
+        raise ValueError(f"{type(self.hf).__name__} returned none of logits, image_embeds, pooler_output")
 
 
 # --- torchvision ----------------------------------------------------------------------------------------------------
