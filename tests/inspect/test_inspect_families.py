@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+import vitkit
 from families import build_tiny_family
+from vitkit.data.transforms import normalise
 from vitkit.inspect import inspect_model, rollout_masks, rollout_to_patches
 from vitkit.inspect.embeddings import position_embedding_table, position_similarity
 from vitkit.inspect.html_report import render_report
@@ -56,7 +58,7 @@ def test_class_token_rows_with_registers():
 def test_inspect_of_a_family_model_says_what_its_rollout_shows(kind, overrides, shown):
     model = build_tiny_family(kind, **overrides)
     x = torch.rand(3, 3, 32, 32, generator=torch.Generator().manual_seed(0)) * 2 - 1
-    masks = rollout_masks(model, x)
+    masks = rollout_masks(model, normalise(x, model.config.mean_std))  # inspect reads x as the weights expect
     assert masks.shape == (3, 4, 4)
     torch.testing.assert_close(masks.sum((1, 2)), torch.ones(3, dtype=torch.float64))
     result = inspect_model(model, x, rollout_images=2)
@@ -89,3 +91,25 @@ def test_fixed_sincos_table_without_prefix_rows():
     table, grid = position_embedding_table(model)
     added = model.add_position(torch.zeros(1, 16, 48), grid)[0, 1:]
     torch.testing.assert_close(table, added)
+
+
+def test_inspect_reads_the_images_normalised_as_the_weights_expect():
+    """The figures show the [-1, 1] pixels; the model reads them with its weights' mean and std."""
+    import copy
+
+    from vitkit.inspect.probe import inspect_model
+    from vitkit.models.registry import IMAGENET_MEAN, IMAGENET_STD
+
+    torch.manual_seed(0)
+    model = vitkit.create_model(
+        "ViT-Ti/16", depth=1, img_size=32, patch_size=8, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD
+    ).eval()
+    plain = copy.deepcopy(model)
+    plain.config.image_mean = plain.config.image_std = None
+    images = torch.rand(2, 3, 32, 32) * 2 - 1
+    with torch.no_grad():
+        ours = inspect_model(model, images, rollout_images=2)
+        expected = inspect_model(plain, normalise(images, model.config.mean_std), rollout_images=2)
+    torch.testing.assert_close(ours["mean_attention_distance"], expected["mean_attention_distance"])
+    torch.testing.assert_close(ours["rollout"][1], expected["rollout"][1])
+    assert torch.equal(ours["rollout"][0], images)

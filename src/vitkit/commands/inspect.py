@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from vitkit.data.transforms import normalise
 from vitkit.inspect.figures import write_figures
 from vitkit.inspect.html_report import write_report
 from vitkit.inspect.images import preprocess, read_images
@@ -26,7 +27,8 @@ def predicted_names(model: VisionTransformer, images: torch.Tensor, batch_size: 
     classifier or without names."""
     if not model.config.num_classes or model.class_names is None:
         return []
-    logits = torch.cat([model(chunk) for chunk in images.split(batch_size)])
+    normalised = normalise(images, model.config.mean_std)  # `images` in [-1, 1], as the figures show them
+    logits = torch.cat([model(chunk) for chunk in normalised.split(batch_size)])
     return [model.class_names[i] for i in logits.argmax(-1).tolist()]
 
 

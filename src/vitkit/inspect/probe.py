@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from vitkit.data.transforms import normalise
 from vitkit.inspect.attention import (
     attention_distance,
     attention_maps,
@@ -40,7 +41,8 @@ def inspect_model(
     num_components: int = NUM_FILTER_COMPONENTS,
     prefix_keys: str = "renormalise",
 ) -> dict[str, Any]:
-    """Fig. 6/7 quantities for `model` on preprocessed `images` [N, C, H, W] (model size, values in [-1, 1]).
+    """Fig. 6/7 quantities for `model` on preprocessed `images` [N, C, H, W] (model size, values in [-1, 1], the
+    figures' pixels; the model reads them normalised as its weights expect, `config.mean_std`).
 
     Returns a dict with `mean_attention_distance` [layers, heads] in input pixels (averaged over all images and
     patch queries), `rollout` (the first `rollout_images` inputs and their [gh, gw] masks),
@@ -61,7 +63,7 @@ def inspect_model(
     total: torch.Tensor | None = None
     masks = []
     for start in range(0, len(images), batch_size):
-        batch = images[start : start + batch_size].to(device)
+        batch = normalise(images[start : start + batch_size], cfg.mean_std).to(device)
         maps = [a.float() for a in attention_maps(model, batch)]  # float32 also under bf16 autocast
         dist = torch.stack([attention_distance(a, grid, stride, prefix, prefix_keys).sum(0) for a in maps])
         total = dist if total is None else total + dist
