@@ -365,12 +365,14 @@ def training_precision(
 def unmeasured_rule(
     device: torch.device, key: Hashable, work: WorkShape, work_calls: float | None
 ) -> Precision | None:
-    """auto on a CPU with native bf16 units and no earlier measurement of `key`: the table's choice for `work`
+    """auto on a CPU with no earlier measurement of `key`: the table's choice for `work`
     (`table_precision`), unless its row is unsure and a measurement costs at most `MEASURE_SHARE` of the work
     (`work_calls`: the work in calls of the measured size; None: unknown, never measured). None: measure (or
     decide by `choose_precision`)."""
-    if device.type != "cpu" or not native_bf16_units() or stored_seconds(key) is not None:
+    if device.type != "cpu" or stored_seconds(key) is not None:
         return None
+    if not native_bf16_units():  # fp32, with the table's row for emulated bf16
+        return table_precision(work, device)[0]
     pays = work_calls is not None and MEASURE_CALLS <= MEASURE_SHARE * work_calls
     chosen, row = table_precision(work, device)
     if pays and (row is None or UNSURE[0] <= row.bf16_speedup <= UNSURE[1]):
