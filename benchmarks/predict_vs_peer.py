@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`vitkit predict` against a hand-written timm script (benchmarks/peers/timm_predict.py: DataLoader with 2 workers,
 bf16 autocast) on the same folder of photos and the same weights: wall time of each whole process, start-up
-included, in paired rounds whose order alternates; the median ratio (vitkit's time over the peer's) and its range.
+included, and the CPU time of its process tree (the steadier measure on a loaded machine), in paired rounds whose
+order alternates; the median ratios (vitkit's time over the peer's) and their range.
 
     python benchmarks/predict_vs_peer.py --models ViT-S/16,ViT-B/16 --images 200 --rounds 5
 
@@ -13,6 +14,7 @@ them): a vitkit weights directory, and the same network as a timm state dict for
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -61,10 +63,13 @@ def prepare(work: Path, name: str) -> tuple[Path, Path]:
     return weights, state
 
 
-def timed(command: list[str]) -> float:
-    start = time.perf_counter()
+def timed(command: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the whole process tree, worker processes included) of one run: on a loaded
+    machine the CPU time is the steadier of the two."""
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return time.perf_counter() - start
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> int:
@@ -83,9 +88,9 @@ def main() -> int:
     vitkit_cli = str(Path(sys.executable).with_name("vitkit"))
     print(f"<!-- {environment()} -->")
     print(
-        "| model | vitkit predict s (median) | timm script s (median) | vitkit / timm time (range) | rounds |"
+        "| model | vitkit wall s | timm wall s | vitkit / timm wall (range) | vitkit / timm CPU (range) | rounds |"
     )
-    print("|---|---:|---:|---|---:|")
+    print("|---|---:|---:|---|---|---:|")
     for name in args.models.split(","):
         weights, state = prepare(work, name)
         commands = {
@@ -100,17 +105,22 @@ def main() -> int:
                 str(state),
             ],
         }
-        times: dict[str, list[float]] = {"vitkit": [], "timm": []}
+        runs: dict[str, list[tuple[float, float]]] = {"vitkit": [], "timm": []}
         for r in range(args.rounds):
             for who in ("vitkit", "timm") if r % 2 == 0 else ("timm", "vitkit"):
-                times[who].append(timed(commands[who]))
+                runs[who].append(timed(commands[who]))
             print(
-                f"round {r + 1}: vitkit {times['vitkit'][-1]:.1f} s, timm {times['timm'][-1]:.1f} s",
+                f"round {r + 1}: vitkit {runs['vitkit'][-1]}, timm {runs['timm'][-1]} (wall, CPU s)",
                 file=sys.stderr,
             )
-        ratios = [v / t for v, t in zip(times["vitkit"], times["timm"], strict=True)]
-        print(f"| {name} | {statistics.median(times['vitkit']):.1f} | {statistics.median(times['timm']):.1f} | "
-              f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {args.rounds} |")  # fmt: skip
+        cells = []
+        for clock in (0, 1):
+            ratios = [v[clock] / t[clock] for v, t in zip(runs["vitkit"], runs["timm"], strict=True)]
+            cells.append(f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})")
+        walls = {who: statistics.median(run[0] for run in runs[who]) for who in runs}
+        print(
+            f"| {name} | {walls['vitkit']:.1f} | {walls['timm']:.1f} | {cells[0]} | {cells[1]} | {args.rounds} |"
+        )
     return 0
 
 
