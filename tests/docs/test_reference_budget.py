@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REFERENCE_PAGES = ("PRECISION.md", "RESULTS.md", "BENCHMARKS.md")
-LINE_BUDGET = 556  # +13: the table of the commands against hand-written peers (BENCHMARKS.md)
+LINE_BUDGET = 559  # +16: the commands against hand-written peers (BENCHMARKS.md)
 
 
 def test_the_reference_pages_fit_their_line_budget() -> None:
