@@ -11,21 +11,21 @@ How `auto` decides, for one device and one model at one batch size:
   1. the CPU has native bf16 matrix units: the `amx_bf16` or `avx512_bf16` flag in /proc/cpuinfo (Intel Xeon
      Sapphire Rapids and later, AMD Zen 4 and later). Without them bf16 is emulated and slower, and nothing is
      measured (AMD Zen 3, most laptops, machines without /proc/cpuinfo);
-  2. a short measurement says bf16 is faster: the caller's step (a training step or a forward pass of this model
-     at this batch) runs `WARMUP_CALLS` times in each precision (the first calls build oneDNN's kernels and are
-     many times slower than the steady state), then alternately `MEASURE_ROUNDS` timed calls each, and bf16 wins
-     when its median is lower. The gain depends on the model and the CPU (docs/PRECISION.md), and a step made
-     mostly of casts and small products can lose. The
-     timings are kept in the cache directory (vitkit.cache: one small JSON per CPU model, thread count, torch
-     version, model configuration, input shape and mode), so the same call measures once per machine and every
-     later process chooses the same. The key leaves out the head's class count, a negligible part of the
-     work: a folder of 5 classes reuses the measurement of one of 6.
-  Inference of a few images (batch <= `FEW_IMAGES`, or fewer images in all than the measurement would run), a
-  training run shorter than `TRIAL_STEPS` steps, and a large model are not measured: measuring would cost more
-  than the work itself, or minutes for a large model at a high resolution, for an answer known in advance. A
-  timing cached by an earlier call decides, else the rule: bf16 for models of at least `LARGE_MODEL_PARAMS`
-  parameters (ViT-B and larger, whose matrix products dominate), fp32 below. A measurement that does run is
-  announced before it starts (`say`), with its cost once the first call has timed it.
+  2. bf16 is faster for this work on this kind of CPU. Where nothing measured it before, the table of measured
+     bf16/fp32 speed ratios shipped with vitkit (vitkit.precision_table: per CPU kind, AMX or avx512_bf16
+     without AMX, and per mode, width, tokens and batch) decides by its nearest row, named in the reason. The
+     gain follows the width of the matrix products, the rows per product and the CPU's units: a narrow model at
+     batch 1 is mostly casts and small products and loses, ViT-B at batch 32 gains 2-4x.
+  Only where the row is unsure (a ratio within `UNSURE` of 1) and a measurement costs at most `MEASURE_SHARE` of
+  the work it decides for (a training run of many steps, an evaluation of many images) does `auto` measure: the
+  caller's step (a training step or a forward pass of this model at this batch) runs `WARMUP_CALLS` times in
+  each precision (the first calls build oneDNN's kernels), then alternately `MEASURE_ROUNDS` timed calls each,
+  and bf16 wins when its median is lower. The timings are kept in the cache directory (vitkit.cache: one small
+  JSON per CPU model, thread count, torch version, model configuration, input shape and mode), so the same call
+  measures once per machine and every later process, measuring or not, chooses the same. The key leaves out the
+  head's class count, a negligible part of the work: a folder of 5 classes reuses the measurement of one of 6.
+  A measurement that does run is announced before it starts (`say`), with its cost once the first call has
+  timed it.
 - any other device: fp32.
 
 Every decision comes with a one-line reason, printed by the commands and recorded in report.json (`precision`,
@@ -50,18 +50,16 @@ from torch import nn
 
 from vitkit.cache import read_record, record_path, write_record
 from vitkit.device import cpu_flags, cpu_model
+from vitkit.precision_table import TableRow, WorkShape, cpu_kind, load_table, model_shape, nearest_row
 
 PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
 WARMUP_CALLS = 2
 MEASURE_ROUNDS = 3
 MEASURE_BATCH = 32  # inference measures at most this batch: a few calls, seconds even for ViT-L
-FEW_IMAGES = 4  # inference batches up to this size are decided without measuring
-LARGE_MODEL_PARAMS = 50_000_000  # bf16 without measuring from this size (ViT-B/16: 86M; ViT-S/16: 22M)
 MEASURE_CALLS = 2 * (WARMUP_CALLS + MEASURE_ROUNDS)  # calls of the measured work, both precisions together
-TRIAL_STEPS = (
-    10 * MEASURE_CALLS
-)  # training runs shorter than this decide by rule: the measurement is >10% of them
+MEASURE_SHARE = 0.03  # auto measures only where its calls are at most this share of the work
+UNSURE = (0.85, 1.2)  # table ratios (bf16 speed over fp32's) in this band are measured where that pays
 
 Step = Callable[
     [torch.dtype | None], object
@@ -331,14 +329,11 @@ def inference_precision(
             model(example[0])
 
     key = ("inference", model_signature(model), shape, str(device))
-    if batch_size <= FEW_IMAGES:
-        small_work = f"{batch_size} image(s) at a time are not worth a measurement"
-    elif images is not None and images < MEASURE_CALLS * shape[0]:
-        small_work = f"{images} images are fewer than a measurement would run ({MEASURE_CALLS * shape[0]})"
-    else:
-        small_work = None
-    if precision == "auto" and (rule := unmeasured_rule(model, device, key, small_work)) is not None:
-        return rule
+    if precision == "auto":
+        work_calls = None if images is None else images / shape[0]
+        work = model_shape(model, "inference", batch_size)
+        if (rule := unmeasured_rule(device, key, work, work_calls)) is not None:
+            return rule
     what = f"a forward pass at batch {shape[0]}"
     return choose_precision(precision, device, measure=forward, key=key, what=what, say=say)
 
@@ -352,44 +347,54 @@ def training_precision(
     device: torch.device,
     model: nn.Module,
     steps: int,
+    batch: int,
     measure: Step,
     key: Hashable,
     what: str,
     say: Callable[[str], None] | None = None,
 ) -> Precision:
-    """The precision of a training run of `steps` steps: `choose_precision` with the rule instead of a
-    measurement for a large model, or a run shorter than `TRIAL_STEPS` (a trial of a few steps), unless an earlier
-    measurement of `key` decides."""
-    trial = f"a run of {steps} steps is too short for a measurement" if steps < TRIAL_STEPS else None
-    if precision == "auto" and (rule := unmeasured_rule(model, device, key, trial)) is not None:
-        return rule
+    """The precision of a training run of `steps` steps at `batch`: `choose_precision`, where the table decides
+    unless an earlier measurement of `key` does, or a measurement would pay (`unmeasured_rule`)."""
+    if precision == "auto":
+        work = model_shape(model, "training", batch)
+        if (rule := unmeasured_rule(device, key, work, float(steps))) is not None:
+            return rule
     return choose_precision(precision, device, measure=measure, key=key, what=what, say=say)
 
 
 def unmeasured_rule(
-    model: nn.Module, device: torch.device, key: Hashable, small_work: str | None
+    device: torch.device, key: Hashable, work: WorkShape, work_calls: float | None
 ) -> Precision | None:
-    """auto, unmeasured, on a CPU with native bf16 units with no earlier measurement of `key`: bf16 for large
-    models, fp32 for small ones when `small_work` says why measuring would not pay; None: measure (or decide
-    otherwise, by `choose_precision`)."""
-    if device.type != "cpu" or not native_bf16_units() or stored_seconds(key) is not None:
+    """auto on a CPU with no earlier measurement of `key`: the table's choice for `work`
+    (`table_precision`), unless its row is unsure and a measurement costs at most `MEASURE_SHARE` of the work
+    (`work_calls`: the work in calls of the measured size; None: unknown, never measured). None: measure (or
+    decide by `choose_precision`)."""
+    if device.type != "cpu" or stored_seconds(key) is not None:
         return None
-    params = sum(p.numel() for p in model.parameters())
-    units = " and ".join(native_bf16_units())
-    if params >= LARGE_MODEL_PARAMS:
-        return Precision(
-            "bf16",
-            f"auto: CPU with {units}, and a model of {params / 1e6:.3g}M parameters gains from bf16",
-            device,
-        )
-    if small_work is None:
+    if not native_bf16_units():  # fp32, with the table's row for emulated bf16
+        return table_precision(work, device)[0]
+    pays = work_calls is not None and MEASURE_CALLS <= MEASURE_SHARE * work_calls
+    chosen, row = table_precision(work, device)
+    if pays and (row is None or UNSURE[0] <= row.bf16_speedup <= UNSURE[1]):
         return None
-    return Precision(
-        "fp32",
-        f"auto: CPU with {units}; {small_work}, and a model of {params / 1e6:.3g}M parameters gains little "
-        "from bf16",
-        device,
-    )
+    return chosen
+
+
+def table_precision(work: WorkShape, device: torch.device) -> tuple[Precision, TableRow | None]:
+    """What the shipped table says for `work` on this CPU, unmeasured, and the row that decided (None: the table
+    has no row for this kind of CPU, and native bf16 units get bf16)."""
+    units = native_bf16_units()
+    row = nearest_row(load_table(), cpu_kind(frozenset(units)), work)
+    if not units:
+        emulated = choose_precision("auto", device)
+        if row is not None:
+            emulated = Precision("fp32", f"{emulated.reason}; {row.describe()}", device)
+        return emulated, row
+    cpu = f"auto: CPU with {' and '.join(units)}"
+    if row is None:
+        return Precision("bf16", f"{cpu} (no table row for this CPU kind, not measured)", device), None
+    name = "bf16" if row.bf16_speedup >= 1.0 else "fp32"
+    return Precision(name, f"{cpu}; {work.describe()}: {row.describe()} (not measured)", device), row
 
 
 def _input_size(model: nn.Module) -> tuple[int, int, int]:

@@ -1,5 +1,6 @@
-"""`auto` decides once per machine and call: a measurement is kept in the cache directory for every later process,
-and inference of a few images decides without measuring (well under half a second)."""
+"""`auto` decides once per machine and call: a measurement is kept in the cache directory for every later process;
+where nothing was measured, the nearest row of the shipped table decides without measuring (well under half a
+second), and `auto` measures only where the row is unsure and the measurement is a small share of the work."""
 
 import json
 import time
@@ -9,7 +10,9 @@ import torch
 
 from tiny import build_tiny_vit
 from vitkit import cli, precision, save_pretrained
+from vitkit.models import create_model
 from vitkit.precision import choose_precision, inference_precision
+from vitkit.precision_table import TableRow, WorkShape
 
 from .test_policy import AMX_LIKE, fake_cpu, never_measured
 
@@ -33,6 +36,12 @@ def timed_step(monkeypatch):
         return run
 
     return step
+
+
+def table(monkeypatch, *rows: tuple[str, int, int, int, float]) -> None:
+    """The table auto reads: AMX rows of (mode, width, tokens, batch, bf16 speed-up)."""
+    made = [TableRow("amx", WorkShape(*row[:4]), row[4], f"model {i}", "test") for i, row in enumerate(rows)]
+    monkeypatch.setattr(precision, "load_table", lambda: made)
 
 
 def new_process(monkeypatch) -> None:
@@ -67,24 +76,33 @@ def test_the_thread_count_is_part_of_the_key(monkeypatch, restore_threads, timed
     assert calls  # other threads, other timings: measured again
 
 
-def test_a_few_images_are_decided_by_rule_without_measuring(monkeypatch):
+def test_the_shipped_table_decides_without_measuring(monkeypatch):
     model = tiny_model()
     monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
     start = time.perf_counter()
     chosen = inference_precision("auto", model, 1)
     assert time.perf_counter() - start < 0.5
-    assert chosen.name == "fp32" and "not worth a measurement" in chosen.reason
+    assert "table row amx/inference" in chosen.reason and "not measured" in chosen.reason
     assert inference_precision("fp32", model, 1).name == "fp32"
 
 
-def test_a_large_model_is_bf16_by_rule_at_any_batch(monkeypatch):
-    """Measuring ViT-B/16 at 384 px would take minutes for an answer known in advance."""
-    model = tiny_model()
+def test_the_nearest_row_of_the_cpus_kind_and_the_works_mode_decides(monkeypatch):
+    """The gain follows width, tokens and batch: a narrow model at batch 1 loses, a wide one at 32 gains."""
+    table(
+        monkeypatch,
+        ("inference", 192, 197, 1, 0.6),
+        ("inference", 1024, 197, 32, 2.0),
+        ("training", 192, 197, 1, 1.5),
+    )
     monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
-    monkeypatch.setattr(precision, "LARGE_MODEL_PARAMS", 1000)  # the rule's threshold below this model
-    for batch in (1, precision.FEW_IMAGES, 64):
-        chosen = inference_precision("auto", model, batch)
-        assert chosen.name == "bf16" and "gains from bf16" in chosen.reason
+    small = inference_precision("auto", create_model("ViT-Ti/16", depth=1), 1)
+    assert small.name == "fp32" and "model 0 at batch 1" in small.reason and "0.60x" in small.reason
+    large = inference_precision("auto", create_model("ViT-L/16", depth=1), 16)
+    assert large.name == "bf16" and "model 1 at batch 32" in large.reason
+    trained = precision.training_precision(
+        "auto", torch.device("cpu"), create_model("ViT-Ti/16", depth=1), 10, 1, never_measured, "k", "a step"
+    )
+    assert trained.name == "bf16" and "table row amx/training model 2" in trained.reason
 
 
 def test_a_few_images_use_an_earlier_measurement_of_the_same_call(monkeypatch, timed_step):
@@ -137,33 +155,39 @@ def test_a_measurement_is_announced_before_it_starts_and_its_cost_after_the_firs
     assert seen_at_call[1] == 2 and "the first call took 0.5 s; at most ~5 s in all" in said[1]
 
 
-def test_an_evaluation_of_fewer_images_than_a_measurement_decides_by_rule(monkeypatch):
-    """`vitkit eval` of a small model on 36 images: a measurement would run 320."""
+def test_an_unsure_row_is_measured_only_where_the_measurement_is_a_small_share_of_the_work(
+    monkeypatch, timed_step
+):
     model = tiny_model()
-    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
-    chosen = inference_precision("auto", model, 500, images=36)
-    assert chosen.name == "fp32" and "36 images are fewer than a measurement would run (320)" in chosen.reason
-
-
-def test_a_training_trial_and_a_large_model_decide_by_rule(monkeypatch):
-    model = tiny_model()
-    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: pytest.fail("measured"))
-    trial = precision.training_precision("auto", torch.device("cpu"), model, 3, never_measured, "k", "a step")
-    assert trial.name == "fp32" and "a run of 3 steps is too short for a measurement" in trial.reason
-    monkeypatch.setattr(precision, "LARGE_MODEL_PARAMS", 1000)
-    large = precision.training_precision(
-        "auto", torch.device("cpu"), model, 10_000, never_measured, "k", "a step"
+    table(monkeypatch, ("inference", 192, 50, 32, 1.05), ("training", 192, 50, 32, 1.05))
+    few = inference_precision("auto", model, 32, images=36)  # a measurement would run 320 images
+    assert few.name == "bf16" and "not measured" in few.reason
+    enough = precision.MEASURE_CALLS * 32 / precision.MEASURE_SHARE
+    calls = []
+    monkeypatch.setattr(precision, "measured_seconds", lambda *a, **k: calls.append(1) or (0.02, 0.01))
+    assert inference_precision("auto", model, 32, images=int(enough) + 32).name == "bf16" and calls
+    assert "not measured" in inference_precision("auto", model, 32).reason  # a server: the work is unknown
+    steps = int(precision.MEASURE_CALLS / precision.MEASURE_SHARE)
+    short = precision.training_precision(
+        "auto", torch.device("cpu"), model, steps - 1, 32, never_measured, "k", "a step"
     )
-    assert large.name == "bf16" and "gains from bf16" in large.reason
+    assert "not measured" in short.reason
+    table(monkeypatch, ("training", 192, 50, 32, 2.0))  # a sure row: never measured
+    sure = precision.training_precision(
+        "auto", torch.device("cpu"), model, 10**6, 32, never_measured, "k", "a step"
+    )
+    assert sure.name == "bf16" and "not measured" in sure.reason
 
 
-def test_a_full_training_run_measures(timed_step):
+def test_a_long_training_run_with_an_unsure_row_measures(monkeypatch, timed_step):
+    table(monkeypatch, ("training", 192, 50, 32, 1.0))
     calls = []
     chosen = precision.training_precision(
         "auto",
         torch.device("cpu"),
         tiny_model(),
-        precision.TRIAL_STEPS,
+        int(precision.MEASURE_CALLS / precision.MEASURE_SHARE) + 1,
+        32,
         timed_step(0.02, 0.01, calls),
         "k",
         "a step",

@@ -49,7 +49,9 @@ def test_auto_bf16_trains_float32_state_and_resumes_bitwise_with_its_choice(
     tmp_path, tiny_recipe, monkeypatch
 ):
     monkeypatch.setattr(precision, "cpu_flags", lambda: AMX_LIKE)
-    monkeypatch.setattr(precision, "TRIAL_STEPS", 1)  # 10 steps measure, as a full run does
+    monkeypatch.setattr(
+        precision, "unmeasured_rule", lambda *a: None
+    )  # 10 steps measure, as an unsure row's run
     measured = []
     fake_measurement(monkeypatch, fp32_s=2.0, bf16_s=1.0, dtypes=measured)
     stateful = ["train.ema_decay=0.99", "model.dropout=0.1", "train.precision=auto"]  # tiny pins fp32

@@ -1,6 +1,7 @@
 """`vitkit bench precision`: the engine's training step in bf16 autocast against float32, same model, data and
 steps, alternated in one process with the fp32 and bf16 GEMM ceilings; and what `train.precision = "auto"`
-picks for this model and batch, with its reason.
+picks for this model and batch, with its reason. With `--table FILE` or `--check` it measures a grid of models,
+batches and modes instead (vitkit.bench.precision_grid): the table `auto` decides by, or a check of its choices.
 
 Each precision trains its own copy of the recipe's model (the same initial weights) through the engine's own
 step (`build_train_step`: optimizer, EMA, augmentation as `vitkit train` builds them), `--steps` steps per sample.
@@ -15,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from vitkit.bench import precision_grid
 from vitkit.bench.candidates import synchronize
 from vitkit.bench.options import auto_label
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
@@ -27,10 +29,25 @@ from vitkit.training.objectives import objective_for
 NAME = "precision"
 HELP = "the engine's training step in bf16 against fp32 (same model and data, alternated) and what auto picks"
 COLUMNS = ["model", "batch", "precision", "images/s", "GFLOP/s", "MFU", "vs fp32", "ratio range", "spread"]
+GRID_COLUMNS = ["model", "mode", "batch", "bf16 vs fp32", "ratio range", "fp32 ms"]
+CHECK_COLUMNS = [*GRID_COLUMNS, "faster", "auto", "auto vs faster", "ok", "auto's reason"]
 DTYPES = {"fp32": None, "bf16": torch.bfloat16}  # what each precision autocasts to
 
 
+def columns(args: argparse.Namespace) -> list[str]:
+    """The table's columns: the training step's, or the grid's (--table), with auto's choice (--check)."""
+    if args.check:
+        return CHECK_COLUMNS
+    return GRID_COLUMNS if args.table else COLUMNS
+
+
+def exit_status(rows: list[dict]) -> int:
+    return precision_grid.exit_status(rows)
+
+
 def run(args: argparse.Namespace, log: Callable[[str], None] | None) -> list[dict]:
+    if args.table or args.check:
+        return precision_grid.run(args, log)
     return training_precision(
         args.model,
         args.batch_size,

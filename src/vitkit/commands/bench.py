@@ -6,11 +6,13 @@
     vitkit bench memory     --model ViT-B/16 --batch-size 32                # gradient-checkpointing saving
     vitkit bench train      --rounds 5 [--config R.toml] [--processes 2]    # training step vs timm (wall clock)
     vitkit bench precision  --model ViT-S/16 --batch-size 32                # training step bf16 vs fp32, auto
+    vitkit bench precision  --check                                         # auto's unmeasured choices vs measured
     vitkit bench data ROOT  --workers 0,1,2 --models ViT-S/16,ViT-B/16      # input pipeline vs torchvision, training
     vitkit bench serve      --models ViT-S/16,ViT-B/16 --batch-sizes 1,8    # eager, compiled, ONNX Runtime fp32/int8
 
 Each benchmark is a module of vitkit.bench listed in BENCHMARKS of vitkit.commands.parsers.bench, which holds its
-options and those everyone has: NAME, HELP, COLUMNS (None: every key of the rows) and run(args, log) -> rows.
+options and those everyone has: NAME, HELP, COLUMNS (None: every key of the rows) and run(args, log) -> rows;
+optionally columns(args), where the options choose the columns, and exit_status(rows), where rows can fail.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
     module = importlib.import_module(args.benchmark_module)  # with torch: only the benchmark that runs
     print(f"<!-- {environment()}; {getattr(args, 'clock', 'wall')} clock -->")
     rows = module.run(args, log)
-    print(format_table(rows, module.COLUMNS))
+    columns = module.columns(args) if hasattr(module, "columns") else module.COLUMNS
+    print(format_table(rows, columns))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1, default=str)
-    return 0
+    return module.exit_status(rows) if hasattr(module, "exit_status") else 0

@@ -17,14 +17,15 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from vitkit.data.decode import ImageDecodeError, decode_image, find_images
-from vitkit.data.transforms import eval_transform
+from vitkit.data.decode import find_images
+from vitkit.data.file_batches import FileChunks, file_batches
 from vitkit.destinations import check_file_destination
 from vitkit.device import resolve_device
 from vitkit.evaluation.predictions import Prediction, output_format, write_predictions
 from vitkit.models import ResNetConfig, ViTConfig
 from vitkit.models.registry import Model
 from vitkit.precision import Precision, inference_precision
+from vitkit.sizes import to_pair
 from vitkit.weights import load_weights
 
 PROGRESS_MIN = 8  # a progress bar for more images than this
@@ -89,38 +90,24 @@ def classify(
     k: int,
     args: argparse.Namespace,
 ) -> Iterator[Prediction]:
-    """A Prediction per file, in order; readable images go through the model `args.batch_size` at a time."""
-    pending: list[tuple[Path, torch.Tensor]] = []
-
-    def flush() -> Iterator[Prediction]:
-        x = torch.cat([pixels for _, pixels in pending])
-        top = forward(x).float().softmax(-1).topk(k)
-        for (path, _), values, indices in zip(
-            pending, top.values.tolist(), top.indices.tolist(), strict=True
-        ):
-            labels = [names[i] if names else str(i) for i in indices]
-            yield Prediction(str(path), labels, indices, values)
-        pending.clear()
-
-    for path in files:
-        try:
-            pixels = decode_image(path, max_pixels=args.max_pixels)
-        except ImageDecodeError as error:
-            yield from flush() if pending else ()
-            yield Prediction(str(path), error=str(error))
-            continue
-        pending.append(
-            (
-                path,
-                eval_transform(
-                    pixels[None].to(precision.device), config.img_size, config.in_chans, config.mean_std
-                ),
-            )
-        )
-        if len(pending) == args.batch_size:
-            yield from flush()
-    if pending:
-        yield from flush()
+    """A Prediction per file, in order; readable images go through the model `args.batch_size` at a time, decoded
+    in worker processes while the model runs on the batch before (vitkit.data.file_batches)."""
+    chunks = FileChunks(
+        files, args.batch_size, to_pair(config.img_size), config.in_chans, args.max_pixels, config.mean_std
+    )
+    for batch in file_batches(chunks):
+        done = {
+            position: Prediction(str(files[position]), error=error)
+            for position, error in batch.errors.items()
+        }
+        if batch.positions:
+            top = forward(batch.pixels.to(precision.device)).float().softmax(-1).topk(k)
+            for position, values, indices in zip(
+                batch.positions, top.values.tolist(), top.indices.tolist(), strict=True
+            ):
+                labels = [names[i] if names else str(i) for i in indices]
+                done[position] = Prediction(str(files[position]), labels, indices, values)
+        yield from (done[position] for position in sorted(done))
 
 
 def table(prediction: Prediction, named: bool) -> str:

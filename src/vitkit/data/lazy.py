@@ -14,6 +14,7 @@ run read.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
@@ -24,6 +25,7 @@ from torch.utils.data import Dataset
 from .batch import Batch
 from .batch_order import global_batch_indices, shard, steps_per_epoch
 from .decode import ImageDecodeError, decode_image
+from .file_batches import decoding_workers
 from .source import DEFAULT_READING, EncodedImage, ReadOptions, StepPlan
 from .transforms import eval_transform
 from .workers import LoaderSteps, loader_batches
@@ -208,5 +210,11 @@ def per_sample_eval(
     in_chans: int,
     device: torch.device,
 ) -> Iterator[Batch]:
-    """Evaluation batches of a source read sample by sample, one a chunk, decoded in DataLoader workers."""
-    return loader_batches(EvalChunks(source, chunks, img_size, in_chans), len(chunks), source.options, device)
+    """Evaluation batches of a source read sample by sample, one a chunk, decoded in DataLoader workers: its
+    options' workers, or with none set, `decoding_workers` of them (one batch in flight each), so that decoding
+    overlaps the model's forward pass on the chunk before and never runs on the model's threads."""
+    options = source.options
+    if options.workers == 0 and chunks:
+        images, largest = sum(len(c) for c in chunks), max(len(c) for c in chunks)
+        options = dataclasses.replace(options, workers=decoding_workers(images, largest), prefetch=1)
+    return loader_batches(EvalChunks(source, chunks, img_size, in_chans), len(chunks), options, device)

@@ -148,7 +148,9 @@ def run_precision(
     key = ("train", model_signature(model), shape, objective.name, str(device))
     what = f"a forward and backward pass at batch {micro}"
     say = say_nothing if quiet else None
-    chosen = training_precision(train.precision, device, model, train.steps, measured_pass, key, what, say)
+    chosen = training_precision(
+        train.precision, device, model, train.steps, train.batch_size, measured_pass, key, what, say
+    )
     name, reason = broadcast_object((chosen.name, chosen.reason))
     return Precision(name, reason, device)
 

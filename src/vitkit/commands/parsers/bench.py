@@ -155,6 +155,30 @@ def _train_precision_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--steps", type=int, default=3, help="steps per round per precision (default 3)")
     add_bench_device(parser)
     add_clock(parser)
+    grid = parser.add_argument_group("the table auto decides by (vitkit.precision_table)")
+    grid.add_argument(
+        "--table", default=None, help="measure the grid and write this CPU kind's rows into this JSON table"
+    )
+    grid.add_argument(
+        "--check",
+        action="store_true",
+        help="measure the grid and print auto's unmeasured choice beside the faster precision; exit 1 where "
+        "auto's takes more than 1.1x the faster one's time",
+    )
+    grid.add_argument(
+        "--models",
+        type=comma_names,
+        default=["ViT-Ti/16", "ViT-S/16", "ViT-B/16", "ViT-L/16", "recipe"],
+        help="the grid's models ('recipe': the recipe's own, at its batch)",
+    )
+    grid.add_argument("--batches", type=comma_ints, default=[1, 8, 32], help="the grid's batches")
+    grid.add_argument(
+        "--modes", type=comma_names, default=["inference", "training"], help="inference, training or both"
+    )
+    grid.add_argument("--img-size", type=int, default=224, help="the grid's input size (default 224)")
+    grid.add_argument(
+        "--depth", type=int, default=1, help="encoder blocks timed per model (default 1; 0: all of them)"
+    )
 
 
 def _data_options(parser: argparse.ArgumentParser) -> None:
