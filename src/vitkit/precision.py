@@ -51,6 +51,7 @@ from torch import nn
 from vitkit.cache import read_record, record_path, write_record
 from vitkit.device import cpu_flags, cpu_model
 from vitkit.precision_table import TableRow, WorkShape, cpu_kind, load_table, model_shape, nearest_row
+from vitkit.sizes import check_batch_size
 
 PRECISIONS = ("auto", "bf16", "fp32")
 NATIVE_BF16_FLAGS = ("amx_bf16", "avx512_bf16")  # CPU flags of native bf16 matrix arithmetic
@@ -318,6 +319,7 @@ def inference_precision(
         with torch.no_grad(), precision.inference(model):
             logits = model(images)
     """
+    check_batch_size(batch_size)
     device = next(model.parameters()).device
     shape = (min(batch_size, MEASURE_BATCH), *_input_size(model))
     example: list[torch.Tensor] = []  # made on the first call: most decisions never measure

@@ -17,7 +17,7 @@ from vitkit.collectives import all_reduce_sum, world
 from vitkit.data import Batch, Source, eval_batches
 from vitkit.models import as_model
 from vitkit.precision import Precision, choose_precision
-from vitkit.sizes import to_pair
+from vitkit.sizes import check_batch_size, to_pair
 
 Measure = Callable[[int, Batch], torch.Tensor]  # (batch number, batch) -> its float64 sums
 
@@ -44,8 +44,7 @@ def eval_mode(model: nn.Module) -> Iterator[None]:
 def rank_chunks(length: int, batch_size: int) -> list[tuple[int, torch.Tensor]]:
     """(batch number, indices) of this rank's batches: every world_size-th batch of the split, padded with empty
     ones so that every rank makes the same number of forward calls (FSDP gathers weights in each)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
+    check_batch_size(batch_size)
     rank, world_size = world()
     chunks = torch.arange(length).split(batch_size)
     mine = [(i, chunks[i]) for i in range(rank, len(chunks), world_size)]
