@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from docs.documents import PASTED_PAGES, CommandLine, command_lines, documents, where
+from docs.documents import PASTED_PAGES, CommandLine, blocks, command_lines, documents, where
 from vitkit.cli import build_parser, main, parse
 
 COMMANDS = [command for path in documents() for command in command_lines(path)]
@@ -86,7 +86,13 @@ PAGES_THAT_RUN = [
 @pytest.mark.slow
 @pytest.mark.parametrize("path", PAGES_THAT_RUN, ids=lambda path: where(path, 1).removesuffix(":1"))
 def test_short_commands_run(path: Path, doc_workspace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    skipped = {  # the lines of the blocks a skip directive marks as not run here (downloads, hours)
+        line
+        for block in blocks(path)
+        if block.skipped
+        for line in range(block.line, block.line + len(block.lines))
+    }
     for command in command_lines(path):
-        if runs(command):
+        if runs(command) and command.line not in skipped:
             code = main(list(command.argv))
             assert code == 0, failure(command, f"exits with {code}", capsys)
