@@ -99,8 +99,10 @@ def wrong_ending(log: Path, process: subprocess.Popen, group: bool) -> str:
     may be handing it a tensor, and multiprocessing's fd-sharing thread in a worker can print a BrokenPipeError),
     or a process of its group (a DataLoader worker) is still running LEFTOVER_SECONDS later."""
     text = log.read_text(errors="replace")
-    if text.splitlines()[-1:] != [INTERRUPTED] or (group and "Traceback" in text):
+    if text.splitlines()[-1:] != [INTERRUPTED]:
         return f"ended with {text.splitlines()[-3:]}"
+    if group and "Traceback" in text:
+        return f"a traceback: {text[text.index('Traceback') :][:1500]}"
     deadline = time.monotonic() + LEFTOVER_SECONDS
     while time.monotonic() < deadline:
         try:

@@ -178,15 +178,17 @@ def test_a_signalled_last_blocks_fit_keeps_its_step_and_resumes_bitwise(
 
 @pytest.mark.slow
 def test_sigkill_loses_at_most_about_checkpoint_minutes(tmp_path, default_reference) -> None:
-    """With train.checkpoint_minutes=0.02 (1.2 s), the newest checkpoint at a SIGKILL is at most that, a step and
-    a checkpoint's write old; the resume from it is bitwise."""
-    minutes = 0.02
+    """With train.checkpoint_minutes=0.005 (0.3 s, less than the steps before the kill take even on a fast
+    machine), the newest checkpoint at a SIGKILL is at most that, a step and a checkpoint's write old; the resume
+    from it is bitwise."""
+    minutes = 0.005
     run, log = tmp_path / "run", tmp_path / "run.log"
     command = default_command(run, f"train.checkpoint_minutes={minutes}")
-    seen, _, code = signal_at_step(command, log, DEFAULT_STEPS // 2, DEFAULT_STEPS, signal.SIGKILL)
+    seen, _, code = signal_at_step(command, log, 3 * DEFAULT_STEPS // 4, DEFAULT_STEPS, signal.SIGKILL)
     killed = time.time()
     assert code == -signal.SIGKILL
     latest = latest_checkpoint(run)
+    assert latest is not None, f"no checkpoint {60 * minutes:.1f} s apart in the {seen} steps before the kill"
     age = killed - (latest / "state.json").stat().st_mtime
     saved = read_checkpoint(latest).step
     print(f"SIGKILL at step {seen}: newest checkpoint step {saved}, written {age:.2f} s before")
