@@ -68,11 +68,13 @@ def _child_ended(signum: int, frame: object) -> None:
 
 
 def _swallowed(hook: Callable[[Any], object]) -> Callable[[Any], object]:
-    """`hook`, except for an interruption raised where Python ignores exceptions (a `__del__`): recorded, it is
-    raised again at the next step, so its "Exception ignored" traceback would only be noise."""
+    """`hook`, except once a signal came: an interruption raised where Python ignores exceptions (a `__del__`) is
+    recorded and raised again at the next step, and an error there (the finalizer of a DataLoader iterator whose
+    workers the same signal ended) belongs to the stop under way, so their "Exception ignored" tracebacks would
+    only be noise."""
 
     def report(unraisable: Any) -> None:
-        if not (isinstance(unraisable.exc_value, KeyboardInterrupt) and _State.received is not None):
+        if _State.received is None:
             hook(unraisable)
 
     return report

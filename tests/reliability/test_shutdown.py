@@ -92,6 +92,25 @@ def test_an_interruption_python_ignores_prints_nothing_and_is_raised_later(monke
     assert reported == [] and sys.unraisablehook == reported.append
 
 
+def test_once_stopping_an_error_python_ignores_prints_nothing(monkeypatch) -> None:
+    """A finalizer failing once a signal came (a DataLoader iterator whose workers the same group signal ended)
+    prints no "Exception ignored" traceback; before a signal, one is reported as usual."""
+
+    class FailsWhenCollected:
+        def __del__(self) -> None:
+            raise RuntimeError("DataLoader worker (pid 1) exited unexpectedly")
+
+    reported: list[object] = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with pytest.raises(Terminated), interruptible():
+        FailsWhenCollected()  # collected at once, no signal yet: reported
+        assert len(reported) == 1
+        with deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            FailsWhenCollected()  # stopping: not reported
+    assert len(reported) == 1
+
+
 def test_an_error_met_while_stopping_is_raised_as_the_interruption() -> None:
     """A DataLoader worker ended by the same SIGTERM (sent to the process group) fails the step the main process
     was in: the run still ends as interrupted, the worker's error kept as the cause."""
