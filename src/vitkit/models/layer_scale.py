@@ -17,3 +17,8 @@ class LayerScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.gamma
+
+
+def layer_scale(dim: int, init_value: float | None) -> nn.Module:
+    """LayerScale on a residual branch, or the identity (the paper's layers) when `init_value` is None."""
+    return nn.Identity() if init_value is None else LayerScale(dim, init_value)

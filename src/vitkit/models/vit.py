@@ -26,7 +26,7 @@ from vitkit.device import cpu_flags
 from vitkit.models.attention_pool import AttentionPool
 from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.init import normal_
-from vitkit.models.layer_scale import LayerScale
+from vitkit.models.layer_scale import layer_scale
 from vitkit.models.mlp import build_mlp
 from vitkit.models.posemb import RelativePositionBias, build_position_embedding
 from vitkit.models.resnet import ResNetV1
@@ -140,11 +140,6 @@ def stochastic_depth(rate: float) -> nn.Module:
     from torchvision.ops import StochasticDepth
 
     return StochasticDepth(rate, mode="row")
-
-
-def layer_scale(dim: int, init_value: float | None) -> nn.Module:
-    """LayerScale on a residual branch, or the identity (the paper's layers) when `init_value` is None."""
-    return nn.Identity() if init_value is None else LayerScale(dim, init_value)
 
 
 class Block(nn.Module):
