@@ -50,6 +50,7 @@ from torch import nn
 
 from vitkit.cache import read_record, record_path, write_record
 from vitkit.device import cpu_flags, cpu_model
+from vitkit.packed_linear import packed_linears
 from vitkit.precision_table import TableRow, WorkShape, cpu_kind, load_table, model_shape, nearest_row
 from vitkit.sizes import check_batch_size
 
@@ -162,7 +163,8 @@ def weights_in(model: nn.Module, dtype: torch.dtype | None) -> Iterator[nn.Modul
 
 @contextlib.contextmanager
 def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[nn.Module]:
-    """`torch.compile(model)` with inductor's weight freezing for the block (the model itself without `compile`).
+    """`torch.compile(model)` with inductor's weight freezing for the block; without `compile`, the model with its
+    dense layers packed for oneDNN (`vitkit.packed_linear`: the same packing and GELU fusion, without compiling).
 
     Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout and
     fuses the bias and GELU into the matrix products, which compiling without freezing does not (docs/PRECISION.md
@@ -171,7 +173,8 @@ def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[n
     without gradients.
     """
     if not compile:
-        yield model
+        with packed_linears(model) as packed:
+            yield packed
         return
     import torch._inductor.config as inductor_config  # imported on use: it loads the compiler stack
 

@@ -36,8 +36,11 @@ def test_official_logits_under_bf16_stay_within_the_tolerance(case, flags, path,
         logits = model(x)
     assert logits.dtype == torch.bfloat16  # it did run in bf16
     error = (logits.float() - reference).abs().max().item()
-    assert 1e-4 < error <= BF16_LOGIT_TOLERANCE * reference.abs().max().item(), error
-    assert torch.equal(logits.float().argmax(-1), reference.argmax(-1))
+    tolerance = BF16_LOGIT_TOLERANCE * reference.abs().max().item()
+    assert 1e-4 < error <= tolerance, error
+    # top-1 differs only between classes whose float32 logits lie within two tolerances of each other
+    chosen = reference.gather(1, logits.float().argmax(-1, keepdim=True)).squeeze(1)
+    assert (chosen >= reference.max(-1).values - 2 * tolerance).all()
 
 
 @pytest.mark.slow  # ~2 s of emulated bf16 on a CPU without native units (more on a busy machine)

@@ -4,8 +4,11 @@ requests without mixing their answers, and every bad request gets a 4xx with one
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import dataclasses
 import socket
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from vitkit import cli
 from vitkit.data.decode import decode_image
 from vitkit.data.transforms import eval_transform
 from vitkit.service import ServiceOptions, load_served_model
+from vitkit.service.app import Service
 from vitkit.service.served_model import ServedModel, Session
 from vitkit.weights import load_weights
 
@@ -90,6 +94,41 @@ def test_concurrent_requests_share_forward_passes_and_keep_their_own_answers(
     assert metrics["batches"] - before < 8  # some of the 8 images shared a forward pass
     assert max(int(size) for size in metrics["batch_sizes"]) > 1
     assert metrics["requests"]["/predict"]["200"] >= 8 and metrics["latency_ms"]["p99"] > 0
+
+
+def test_decoders_resize_on_one_torch_thread_each_and_leave_the_model_s_threads(served: Served) -> None:
+    threads = torch.get_num_threads()
+    decoders = served.service.decoders
+    assert {decoders.submit(torch.get_num_threads).result() for _ in range(4)} == {1}
+    assert torch.get_num_threads() == threads
+
+
+def test_the_model_thread_keeps_its_threads_after_a_decoder_took_one(weights_dir: Path) -> None:
+    """torch sets a new thread's count from the last count set anywhere: a decoder's one must not become the
+    model thread's."""
+    model = load_served_model(str(weights_dir), device="cpu", precision="fp32")
+    seen: list[int] = []
+    opened = model.open_session
+
+    @contextlib.contextmanager
+    def recording(batch_size: int) -> Iterator[Session]:
+        with opened(batch_size) as session:
+            yield dataclasses.replace(
+                session, probs=lambda x: seen.append(torch.get_num_threads()) or session.probs(x)
+            )
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        service = Service(dataclasses.replace(model, open_session=recording), ServiceOptions())
+        assert service.decoders.submit(torch.get_num_threads).result() == 1  # before the model thread starts
+        service.batcher.start()
+        assert service.batcher.submit(torch.zeros(model.input_size)).result(timeout=30).shape == (3,)
+        service.batcher.stop(30)
+        service.decoders.shutdown()
+    finally:
+        torch.set_num_threads(threads)
+    assert seen and set(seen) == {2}
 
 
 def test_health_ready_info_and_the_page(served: Served) -> None:

@@ -86,6 +86,14 @@ class ServiceOptions:
         return BODIES_HELD * self.max_upload_bytes
 
 
+def one_torch_thread_of_its_own() -> None:
+    """Resize on one torch intra-op thread in the calling thread (a decoder), never on the model's pool. torch
+    keeps the count per thread, set from the process-wide value at the thread's first use: that use comes first
+    here, so that the model thread's count stays its own (vitkit.service.batcher sets it explicitly)."""
+    torch.get_num_threads()
+    torch.set_num_threads(1)
+
+
 class Service:
     """The model thread, the decoders and the admission count behind the routes."""
 
@@ -100,7 +108,9 @@ class Service:
             max_wait_s=options.max_wait_ms / 1e3,
             max_queue=options.max_queue,
         )
-        self.decoders = ThreadPoolExecutor(options.decode_threads, thread_name_prefix="vitkit-decode")
+        self.decoders = ThreadPoolExecutor(
+            options.decode_threads, "vitkit-decode", initializer=one_torch_thread_of_its_own
+        )
         self.pixels = PixelBudget(options.pixels_in_flight, options.pixel_wait_s)
         return_large_images_to_the_system()
         self.admitted = 0  # images decoded or queued now; touched on the event loop only

@@ -49,6 +49,7 @@ class Batcher:
         self.max_wait_s = max_wait_s
         self._jobs: queue.Queue[Job | None] = queue.Queue(max_queue)
         self._thread = threading.Thread(target=self._serve, name="vitkit-model", daemon=True)
+        self.threads = torch.get_num_threads()  # the caller's intra-op threads: the model thread's own count
         self._stopping = threading.Event()
         self.ready = threading.Event()
         self.failure: str | None = None
@@ -93,6 +94,7 @@ class Batcher:
             self._thread.join(timeout)
 
     def _serve(self) -> None:
+        torch.set_num_threads(self.threads)  # not the one thread a decoder may have set process-wide first
         try:
             with self.model.open_session(self.max_batch) as session:
                 self.model.precision = session.precision
