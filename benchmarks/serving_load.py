@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
+from predict_vs_peer import TIMM_NAMES  # a script beside this one
 
 import vitkit
 from vitkit.bench.candidates import bench_model, synchronize
@@ -44,6 +45,7 @@ from vitkit.precision import inference_precision
 from vitkit.service.metrics import percentile
 
 PRECISIONS = ["fp32", "bf16"]
+PEER = Path(__file__).parent / "peers" / "fastapi_timm_serve.py"
 PHOTO_SIZE = (480, 640)  # height, width: a phone photo scaled down, decoded and resized for every request
 
 
@@ -61,11 +63,23 @@ def write_photos(directory: Path, count: int) -> list[Path]:
     return paths
 
 
-class Server:
-    """`vitkit serve` in its own process on a free port."""
+def vitkit_serve(weights: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "vitkit.cli", "serve", str(weights), "--port", "0", *flags]
 
-    def __init__(self, weights: Path, threads: int, *flags: str) -> None:
-        command = [sys.executable, "-m", "vitkit.cli", "serve", str(weights), "--port", "0", *flags]
+
+def peer_serve(name: str, model: Model, directory: Path, max_batch: int) -> list[str]:
+    """The hand-written FastAPI + timm server (benchmarks/peers/fastapi_timm_serve.py) on `model` (`name`),
+    batching up to `max_batch` images with a 5 ms wait."""
+    state = directory / "timm.pth"
+    torch.save(vitkit.to_timm(model).state_dict(), state)
+    return [sys.executable, str(PEER), "--model", TIMM_NAMES[name], "--weights", str(state),
+            "--port", "0", "--max-batch", str(max_batch), "--max-wait-ms", "5"]  # fmt: skip
+
+
+class Server:
+    """A server (`vitkit serve` or the peer) in its own process on a free port, ready."""
+
+    def __init__(self, command: list[str], threads: int) -> None:
         environment = {**os.environ, "OMP_NUM_THREADS": str(threads)}  # torch's intra-op threads
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=environment)
         assert self.process.stderr is not None
@@ -73,14 +87,14 @@ class Server:
         while not (found := re.search(r"http://([\d.]+):(\d+)", seen)):
             line = self.process.stderr.readline()  # the address line, maybe after a library's warnings
             if not line:
-                raise RuntimeError(f"vitkit serve did not start: {seen}")
+                raise RuntimeError(f"{' '.join(command)} did not start: {seen}")
             seen += line
         self.host, self.port = found.group(1), int(found.group(2))
         threading.Thread(target=self.process.stderr.read, daemon=True).start()  # keep the pipe drained
         deadline = time.monotonic() + 600
         while self.get("/ready")[0] != 200:
             if time.monotonic() > deadline or self.process.poll() is not None:
-                raise RuntimeError("vitkit serve did not get ready")
+                raise RuntimeError(f"{' '.join(command)} did not get ready")
             time.sleep(0.5)
 
     def get(self, path: str) -> tuple[int, dict]:
@@ -209,6 +223,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per measurement (default 20)")
     parser.add_argument("--warmup", type=float, default=3.0, help="untimed load before each measurement")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--peer", action="store_true", help="also the FastAPI + timm server of benchmarks/peers (bf16)"
+    )
     parser.add_argument("--photos", type=int, default=64)
     parser.add_argument("--max-batch", type=int, default=16)
     parser.add_argument("--max-wait-ms", type=float, default=10.0)
@@ -233,28 +250,17 @@ def main() -> None:
         model = bench_model(args.model)
         vitkit.save_pretrained(model, root / "model")
         model = model.to(resolve_device(args.device))
+        flags = ["--device", args.device, "--max-batch"]
         batching = Server(
-            root / "model",
+            vitkit_serve(root / "model", *flags, str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms)),
             args.threads,
-            "--device",
-            args.device,
-            "--max-batch",
-            str(args.max_batch),
-            "--max-wait-ms",
-            str(args.max_wait_ms),
         )
         precision = batching.get("/ready")[1]["model"]["precision"]
-        unbatched = Server(
-            root / "model",
-            args.threads,
-            "--device",
-            args.device,
-            "--max-batch",
-            "1",
-            "--precision",
-            precision,
-        )
-        rows: dict[str, list[dict]] = {"predict": [], "on": [], "off": []}
+        unbatched = Server(vitkit_serve(root / "model", *flags, "1", "--precision", precision), args.threads)
+        servers = {"on": batching, "off": unbatched}
+        if args.peer:
+            servers["peer"] = Server(peer_serve(args.model, model, root, args.max_batch), args.threads)
+        rows: dict[str, list[dict]] = {"predict": [], **{name: [] for name in servers}}
         curve_sizes = sorted({1, 4, 8, args.max_batch})
         curves: list[dict[tuple[str, int], float]] = []
         try:
@@ -262,17 +268,19 @@ def main() -> None:
                 rows["predict"].append(offline(model, paths, args.predict_batch, args.seconds))
                 order = PRECISIONS[round_ % 2 :] + PRECISIONS[: round_ % 2]  # alternated: drift cancels
                 curves.append(forward_curve(model, curve_sizes, order))
-                for name, server in (("on", batching), ("off", unbatched)):
+                for name, server in servers.items():
                     load(server, bodies, args.clients, args.warmup)
                     rows[name].append(load(server, bodies, args.clients, args.seconds))
                 print(
                     f"round {round_ + 1}: predict {rows['predict'][-1]['images/s']:.2f}, batching on "
-                    f"{rows['on'][-1]['images/s']:.2f}, off {rows['off'][-1]['images/s']:.2f} images/s",
+                    f"{rows['on'][-1]['images/s']:.2f}, off {rows['off'][-1]['images/s']:.2f}"
+                    + (f", peer {rows['peer'][-1]['images/s']:.2f}" if args.peer else "")
+                    + " images/s",
                     flush=True,
                 )
         finally:
-            batching.stop()
-            unbatched.stop()
+            for server in servers.values():
+                server.stop()
     offline_rate = float(np.median([r["images/s"] for r in rows["predict"]]))
     table = [
         {
@@ -283,17 +291,19 @@ def main() -> None:
             "vs predict": 1.0,
         }
     ]
-    for name, label, size in (
-        ("on", "serve, batching on", args.max_batch),
-        ("off", "serve, batching off", 1),
-    ):
+    labels = {
+        "on": f"serve, batching on (--max-batch {args.max_batch})",
+        "off": "serve, batching off (--max-batch 1)",
+        "peer": f"FastAPI + timm, asyncio batching ({args.max_batch}, 5 ms), bf16 autocast",
+    }
+    for name in servers:
         measured = rows[name]
         rate = float(np.median([r["images/s"] for r in measured]))
         table.append(
             {
-                "mode": f"{label} (--max-batch {size})",
+                "mode": labels[name],
                 "clients": args.clients,
-                "precision": precision,
+                "precision": "bf16" if name == "peer" else precision,
                 "images/s": rate,
                 "vs predict": rate / offline_rate,
                 "p50 ms": float(np.median([r["p50 ms"] for r in measured])),
@@ -310,6 +320,10 @@ def main() -> None:
             on["images/s"] / p["images/s"] for on, p in zip(rows["on"], rows["predict"], strict=True)
         ],
     }
+    if args.peer:
+        paired["batching on / peer"] = [
+            on["images/s"] / peer["images/s"] for on, peer in zip(rows["on"], rows["peer"], strict=True)
+        ]
     print(
         f"{args.model} at {'x'.join(map(str, to_pair(model.config.img_size)))}, {args.photos} JPEG photos "
         f"{PHOTO_SIZE[1]}x{PHOTO_SIZE[0]}, {args.rounds} round(s) of {args.seconds:g} s each (medians); paired per "

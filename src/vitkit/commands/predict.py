@@ -17,6 +17,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from vitkit.allocator import keep_freed_memory
 from vitkit.data.decode import find_images
 from vitkit.data.file_batches import FileChunks, file_batches
 from vitkit.destinations import check_file_destination
@@ -58,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         args.precision, model, max(1, min(args.batch_size, len(files))), images=len(files)
     )
     print(f"device {precision.device}, precision {precision}", file=sys.stderr)
+    if precision.device.type == "cpu":
+        keep_freed_memory()  # each batch reuses the last one's activations instead of faulting them in again
     named = {Path(p) for p in args.images if not Path(p).is_dir()}
     predictions = [Prediction(item["path"], error=f"{item['path']}: {item['reason']}") for item in missing]
     for prediction in predictions:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from vitkit.allocator import keep_freed_memory
 from vitkit.data import ReadOptions, Source, hold_out, open_source
 from vitkit.data.source import DEFAULT_READING
 from vitkit.destinations import check_file_destination
@@ -110,6 +111,8 @@ def evaluate_weights(
     chosen = inference_precision(
         precision, model, batch_size, images=len(dataset), say=say_nothing if quiet else None
     )
+    if chosen.device.type == "cpu":
+        keep_freed_memory()  # each batch reuses the last one's activations instead of faulting them in again
     with chosen.weights_held(model, compile) as forward:
         progress = None if quiet else f"evaluating {split}"
         result = evaluate_model(forward, dataset, batch_size=batch_size, precision=chosen, progress=progress)
