@@ -7,7 +7,7 @@ from pathlib import Path
 
 REFERENCE_PAGES = ("PRECISION.md", "RESULTS.md", "BENCHMARKS.md")
 # 543, plus the DINOv2-B/14 section and the commands against hand-written peers (BENCHMARKS.md)
-LINE_BUDGET = 582
+LINE_BUDGET = 576
 
 
 def test_the_reference_pages_fit_their_line_budget() -> None:
