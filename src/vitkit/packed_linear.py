@@ -61,7 +61,8 @@ def packs(model: nn.Module) -> bool:
 def packed_linears(model: nn.Module) -> Iterator[nn.Module]:
     """`model` with every nn.Linear swapped for a PackedLinear for the block (the GELU of each Mlp fused into its
     first layer), and the original modules put back after it; `model` unchanged where it `packs` not. For
-    inference: the packed weights are copies, which training would not update."""
+    inference: the packed weights are copies, which training would not update, and the block holds the dense
+    layers' weights twice."""
     if not packs(model):
         yield model
         return
