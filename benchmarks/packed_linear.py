@@ -18,8 +18,9 @@ import torch
 import vitkit
 from vitkit.bench.table import environment, format_table
 from vitkit.bench.timing import alternate, paired_ratio, ratio_range
+from vitkit.inference_weights import weights_in
 from vitkit.packed_linear import packed_linears
-from vitkit.precision import autocast, weights_in
+from vitkit.precision import autocast
 from vitkit.sizes import to_pair
 
 

@@ -1,5 +1,5 @@
 """Dense layers in oneDNN's packed weight layout, with the MLP's GELU fused into its first product, for inference on
-a CPU: what inductor's weight freezing does (`vitkit.precision.compiled_for_inference`), without compiling.
+a CPU: what inductor's weight freezing does (`vitkit.inference_weights.compiled_for_inference`), without compiling.
 
 Packing reorders each weight once into the blocked layout oneDNN's kernels read, instead of at every call, and
 the fused GELU is applied to the float32 accumulator, where a separate GELU reads and writes the whole [B, T, 4D]

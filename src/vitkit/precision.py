@@ -50,7 +50,7 @@ from torch import nn
 
 from vitkit.cache import read_record, record_path, write_record
 from vitkit.device import cpu_flags, cpu_model
-from vitkit.packed_linear import packed_linears
+from vitkit.inference_weights import inference_module, weights_in
 from vitkit.precision_table import TableRow, WorkShape, cpu_kind, load_table, model_shape, nearest_row
 from vitkit.sizes import check_batch_size
 
@@ -97,9 +97,9 @@ class Precision:
     @contextlib.contextmanager
     def weights_held(self, model: nn.Module, compile: bool = False) -> Iterator[nn.Module]:
         """`model`'s weights held in bf16 for the block (`weights_in`), without autocast, which the caller takes
-        from this precision itself (vitkit.evaluate); it yields the module to call, compiled for inference with
-        `compile` (`compiled_for_inference`)."""
-        with weights_in(model, self.autocast_dtype), compiled_for_inference(model, compile) as m:
+        from this precision itself (vitkit.evaluate); it yields the module to call (`inference_module`: compiled
+        for inference with `compile`, else with its dense layers packed on a CPU)."""
+        with weights_in(model, self.autocast_dtype), inference_module(model, compile) as m:
             yield m
 
     def record(self) -> dict[str, str]:
@@ -122,64 +122,6 @@ def autocast(
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=dtype, cache_enabled=cache)
-
-
-@contextlib.contextmanager
-def weights_in(model: nn.Module, dtype: torch.dtype | None) -> Iterator[nn.Module]:
-    """Hold `model`'s floating-point parameters and buffers in `dtype` for the block, for inference under autocast
-    to `dtype`, and put the float32 ones back after it.
-
-    The whole forward pass then runs in `dtype`, the residual stream included; autocast alone casts every weight
-    at every call and keeps the stream, norms and additions in float32, memory traffic that dominates at small
-    batches (docs/PRECISION.md measures the difference). The official logits stay within the documented bf16
-    tolerance (tests/precision/test_agreement.py). Modules that say `keeps_float32_weights` (the hybrid's
-    weight-standardised convolutions) keep them: their standardisation needs float32, and autocast casts the
-    standardised kernel. The cast copies need no gradient: this is for inference only. `dtype` None (float32)
-    changes nothing.
-    """
-    saved: list[tuple[nn.Module, str, torch.Tensor]] = []
-    if dtype is not None:
-        copies: dict[int, torch.Tensor] = {}  # a tensor shared by two modules stays shared
-        for module in model.modules():
-            if getattr(module, "keeps_float32_weights", False):
-                continue
-            tensors = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
-            for name, tensor in tensors:
-                if tensor.dtype != torch.float32:
-                    continue
-                saved.append((module, name, tensor))
-                if id(tensor) not in copies:
-                    held = tensor.detach().to(dtype)
-                    copies[id(tensor)] = (
-                        nn.Parameter(held, requires_grad=False) if isinstance(tensor, nn.Parameter) else held
-                    )
-                setattr(module, name, copies[id(tensor)])
-    try:
-        yield model
-    finally:
-        for module, name, tensor in saved:
-            setattr(module, name, tensor)
-
-
-@contextlib.contextmanager
-def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[nn.Module]:
-    """`torch.compile(model)` with inductor's weight freezing for the block; without `compile`, the model with its
-    dense layers packed for oneDNN (`vitkit.packed_linear`: the same packing and GELU fusion, without compiling).
-
-    Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout and
-    fuses the bias and GELU into the matrix products, which compiling without freezing does not (docs/PRECISION.md
-    has the figures). The weights must not change inside the block, and the first call of each input shape compiles (seconds
-    to a minute): it pays for many batches, not for a few images. Inference only: freezing applies to graphs run
-    without gradients.
-    """
-    if not compile:
-        with packed_linears(model) as packed:
-            yield packed
-        return
-    import torch._inductor.config as inductor_config  # imported on use: it loads the compiler stack
-
-    with inductor_config.patch(freezing=True):
-        yield cast(nn.Module, torch.compile(model))  # an OptimizedModule
 
 
 def native_bf16_units(flags: frozenset[str] | None = None) -> list[str]:

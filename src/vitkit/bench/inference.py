@@ -19,7 +19,7 @@ from vitkit.bench.options import (
 )
 from vitkit.bench.peers import PEERS, build_peer, check_same_outputs
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio, ratio_range, round_logger
-from vitkit.precision import compiled_for_inference, weights_in
+from vitkit.inference_weights import compiled_for_inference, inference_module, weights_in
 
 NAME = "inference"
 HELP = "images/s, GFLOP/s and MFU of vitkit and its peers (timm, transformers, torchvision), same weights"
@@ -76,8 +76,9 @@ def inference_vs_peers(
     alternation with a 2048^3 GEMM (the ceiling) in the same rounds.
 
     `precision` 'bf16' runs everyone under the same bf16 autocast, with vitkit in fp32 and the bf16 GEMM ceiling
-    in the same rounds; 'both' times every implementation in both. vitkit in bf16 is its inference path
-    (`Precision.inference`: the weights held in bf16, so the whole forward pass runs in bf16); the row
+    in the same rounds; 'both' times every implementation in both. vitkit is its inference path
+    (`Precision.inference`: dense layers packed on a CPU; in bf16 the weights held in bf16, so the whole forward
+    pass runs in bf16); the row
     'vitkit-autocast' is the same model under autocast alone, as the peers run. `compile` compiles every
     candidate for inference (`compiled_for_inference`: inductor with frozen weights). On a CPU the process keeps
     freed memory (`keep_freed_memory`), for every candidate alike. A last row says what `auto` picks here, and why.
@@ -104,16 +105,19 @@ def inference_vs_peers(
             log(f"{peer}: same weights, max |logits diff| {diff:.2e}")
     dtypes = bench_dtypes(precision)
     if "bf16" in dtypes:
-        modules["vitkit-autocast"] = model
+        modules["vitkit-autocast"] = copy.deepcopy(model)  # not packed: autocast alone, as the peers run
     if torch.device(device).type == "cpu":
         keep_freed_memory()  # no candidate, nor the ceiling's GEMM, faults its memory in again at every call
     bf16_copy = copy.deepcopy(model) if "bf16" in dtypes else model  # vitkit's bf16 inference path
     with contextlib.ExitStack() as stack:
-        compiled = {
-            name: stack.enter_context(compiled_for_inference(m, compile)) for name, m in modules.items()
+        compiled = {  # vitkit as it infers (dense layers packed on a CPU), the others as they run
+            name: stack.enter_context(
+                (inference_module if name == "vitkit" else compiled_for_inference)(m, compile)
+            )
+            for name, m in modules.items()
         }
         stack.enter_context(weights_in(bf16_copy, dtypes.get("bf16")))
-        vitkit_bf16 = stack.enter_context(compiled_for_inference(bf16_copy, compile))
+        vitkit_bf16 = stack.enter_context(inference_module(bf16_copy, compile))
         candidates = {"vitkit fp32": forward_call(compiled["vitkit"], x)}  # the reference of every ratio
         for p, dtype in dtypes.items():
             for name, m in compiled.items():

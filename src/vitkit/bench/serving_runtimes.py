@@ -26,8 +26,8 @@ from vitkit.bench.timing import alternate, paired_ratio, ratio_range, round_logg
 from vitkit.device import resolve_device
 from vitkit.export import export_onnx
 from vitkit.export.onnx_export import runner
+from vitkit.inference_weights import compiled_for_inference, weights_in
 from vitkit.models.registry import Model
-from vitkit.precision import compiled_for_inference, weights_in
 
 NAME = "serve"
 HELP = "serving latency and throughput: PyTorch eager/compiled fp32 and bf16, ONNX Runtime fp32 and int8"

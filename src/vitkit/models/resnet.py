@@ -60,7 +60,9 @@ class StdConv2d(nn.Conv2d):
     removes the kernel's scale and mean, so only the shape of the distribution differs.
     """
 
-    keeps_float32_weights = True  # the standardisation needs float32; vitkit.precision.weights_in reads this
+    keeps_float32_weights = (
+        True  # the standardisation needs float32; vitkit.inference_weights.weights_in reads this
+    )
 
     def __init__(
         self,
