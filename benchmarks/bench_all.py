@@ -21,8 +21,8 @@ from pathlib import Path
 FIGURES = Path("docs/figures/bench")
 
 COMMANDS = {
-    "inference-s16": "vitkit bench inference --model ViT-S/16 --batch-size 8 --rounds 12",
-    "inference-b16": "vitkit bench inference --model ViT-B/16 --batch-size 8 --rounds 12",
+    "inference-s16": "vitkit bench inference --model ViT-S/16 --batch-size 8 --rounds 6",
+    "inference-b16": "vitkit bench inference --model ViT-B/16 --batch-size 8 --rounds 6",
     "inference-dinov2-b14": (
         "vitkit bench inference --model DINOv2-B/14 --img-size 224 --batch-size 8 --peers timm --precision bf16 "
         "--rounds 6 --gemm-size 512"

@@ -34,9 +34,8 @@ class PackedLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.weight.dtype)  # as autocast casts the input of a product
-        if torch.is_grad_enabled() and (
-            x.requires_grad or self.weight.requires_grad
-        ):  # no autograd in oneDNN's op
+        # oneDNN's op has no autograd: under gradients, torch's own product
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
             y = F.linear(x, self.weight, self.bias)
             return y if self.activation is None else F.gelu(y, approximate=self.activation)
         if self.activation is None:

@@ -44,7 +44,8 @@ def test_the_peer_server_batches_requests_and_answers_timm_s_classes(tmp_path: P
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None
-        url = re.search(r"http://[\d.]+:\d+", process.stderr.readline())
+        lines = iter(process.stderr.readline, "")  # the address, maybe after a library's warnings
+        url = next((found for line in lines if (found := re.search(r"http://[\d.]+:\d+", line))), None)
         assert url, "the peer printed no address"
         images = [jpeg(i) for i in range(4)]
         with concurrent.futures.ThreadPoolExecutor(4) as pool:

@@ -60,9 +60,7 @@ class StdConv2d(nn.Conv2d):
     removes the kernel's scale and mean, so only the shape of the distribution differs.
     """
 
-    keeps_float32_weights = (
-        True  # the standardisation needs float32; vitkit.inference_weights.weights_in reads this
-    )
+    keeps_float32_weights = True  # standardising needs float32 (read by vitkit.inference_weights.weights_in)
 
     def __init__(
         self,
