@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate, paired_ratio
-from vitkit.models.vit import Attention
+from vitkit.models.attention import Attention
 
 
 def main() -> None:

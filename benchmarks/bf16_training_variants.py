@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.cli import main
-from vitkit.models import vit
+from vitkit.models import attention, vit
 
 
 def float32_ends() -> None:
@@ -35,16 +35,16 @@ def float32_ends() -> None:
 
 
 def float32_attention() -> None:
-    def forward(self, x, need_weights=False):
+    def forward(self, x, need_weights=False, queries=None):
         B, T, D = x.shape
         q, k, v = (
-            t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for t in self.qkv(x).split(D, -1)
+            t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for t in self.project(x, queries)
         )
         with torch.autocast(x.device.type, enabled=False):
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=self.scale)
-        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, T, D))), None
+        return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, q.shape[2], D))), None
 
-    vit.Attention.forward = forward
+    attention.Attention.forward = forward
 
 
 VARIANTS = {"ends": float32_ends, "attention": float32_attention}

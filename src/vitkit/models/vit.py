@@ -22,13 +22,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vitkit.device import cpu_flags
+from vitkit.models.attention import Attention
 from vitkit.models.attention_pool import AttentionPool
 from vitkit.models.config import ViTConfig, to_pair
-from vitkit.models.init import normal_
+from vitkit.models.init import lecun_normal_, normal_, xavier_uniform_fused_, zero_
 from vitkit.models.layer_scale import layer_scale
 from vitkit.models.mlp import build_mlp
-from vitkit.models.posemb import RelativePositionBias, build_position_embedding
+from vitkit.models.posemb import build_position_embedding
 from vitkit.models.resnet import ResNetV1
 from vitkit.storage import SavePretrainedMixin
 
@@ -54,82 +54,6 @@ class PatchEmbed(nn.Module):
         # x_p: [B, N, C * P * P], its entries in the order of E's rows
         patches = patches.permute(0, 2, 4, 1, 3, 5).reshape(B, grid[0] * grid[1], C * ph * pw)
         return F.linear(patches, self.proj.weight.flatten(1), self.proj.bias), grid
-
-
-class Attention(nn.Module):
-    """Multi-head self-attention: fused SDPA, or an explicit path that also returns the probabilities.
-
-    Which of the two computes bf16 on a CPU is fixed when the module is built, from the CPU's flags
-    (`fused_bf16_on_cpu`); the rest of the choice follows the tensors of each call (device, autocast dtype,
-    gradients)."""
-
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        attn_drop: float,
-        proj_drop: float,
-        num_rel_tokens: int = 0,
-        qkv_bias: bool = True,
-    ):
-        super().__init__()
-        self.num_heads = num_heads
-        self.head_dim = dim // num_heads
-        self.scale = self.head_dim**-0.5
-        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
-        self.attn_drop = attn_drop
-        self.proj = nn.Linear(dim, dim)
-        self.proj_drop = nn.Dropout(proj_drop)
-        self.rel_pos = RelativePositionBias(num_rel_tokens, self.head_dim) if num_rel_tokens else None
-        self.fused_bf16_on_cpu = has_amx_tiles()
-
-    def forward(
-        self, x: torch.Tensor, need_weights: bool = False, queries: int | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Attention of every token, or of the first `queries` tokens only (over the keys and values of all)."""
-        B, T, D = x.shape
-        # One projection, split into per-head views [B, heads, T, head_dim]: the backward of split is one
-        # concatenation into the layout the projection's backward reads (permute + unbind costs two copies).
-        q, k, v = (
-            t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2) for t in self.project(x, queries)
-        )
-        bias = self.rel_pos(q * self.scale, T) if self.rel_pos is not None else None
-        dropout_p = self.attn_drop if self.training else 0.0
-        if need_weights or not self.fused_pays(q):
-            logits = (q * self.scale) @ k.transpose(-2, -1)
-            weights = (logits if bias is None else logits + bias).softmax(dim=-1)
-            out = F.dropout(weights, dropout_p, self.training) @ v
-        else:
-            weights = None
-            out = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=self.scale
-            )
-        out = out.transpose(1, 2).reshape(B, q.shape[2], D)
-        return self.proj_drop(self.proj(out)), weights if need_weights else None
-
-    def project(self, x: torch.Tensor, queries: int | None) -> tuple[torch.Tensor, ...]:
-        """q, k, v [B, T, D] from the fused projection; q of the first `queries` tokens only when given."""
-        D = x.shape[-1]
-        if queries is None:
-            return self.qkv(x).split(D, -1)
-        weight, bias = self.qkv.weight, self.qkv.bias
-        q = F.linear(x[:, :queries], weight[:D], None if bias is None else bias[:D])
-        return q, *F.linear(x, weight[D:], None if bias is None else bias[D:]).split(D, -1)
-
-    def fused_pays(self, q: torch.Tensor) -> bool:
-        """Whether torch's fused attention is the fast way for `q`. Everywhere but in bf16 on a CPU, where its
-        kernel pays only without gradients and with AMX tiles: without AMX it gains nothing over float32, and
-        forward and backward it is slower than two batched bf16 products and a softmax, as timm's and
-        torchvision's unfused attention compute (benchmarks/cpu_attention_kernels.py measures both;
-        docs/PRECISION.md has the figures)."""
-        if q.device.type != "cpu" or q.dtype != torch.bfloat16:
-            return True
-        return self.fused_bf16_on_cpu and not q.requires_grad
-
-
-def has_amx_tiles() -> bool:
-    """Whether this CPU has AMX bf16 tiles."""
-    return "amx_bf16" in cpu_flags()
 
 
 def stochastic_depth(rate: float) -> nn.Module:
@@ -331,7 +255,7 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         self.config.num_classes = num_classes
         self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
         self.head.to(self.patch_embed.proj.weight.device)
-        _zero(self.head)
+        zero_(self.head)
 
     def no_weight_decay(self) -> set[str]:
         """Parameters exempt from weight decay: biases, norms, LayerScale, position embeddings, class and
@@ -354,7 +278,7 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear):
                 if name.endswith("qkv"):
-                    _xavier_uniform_fused_(module.weight, parts=3)
+                    xavier_uniform_fused_(module.weight, parts=3)
                     if module.bias is not None:
                         nn.init.zeros_(module.bias)
                 elif name.endswith(("attn.proj", "mlp.fc1", "mlp.fc2")):
@@ -373,7 +297,7 @@ class VisionTransformer(SavePretrainedMixin, nn.Module):
         if isinstance(self.pre_logits, PreLogits):
             lecun_normal_(self.pre_logits.fc.weight)
             nn.init.zeros_(self.pre_logits.fc.bias)
-        _zero(self.head)
+        zero_(self.head)
 
 
 class PreLogits(nn.Module):
@@ -386,22 +310,3 @@ class PreLogits(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.act(self.fc(x))
-
-
-def lecun_normal_(weight: torch.Tensor) -> torch.Tensor:
-    """flax's lecun_normal: truncated normal with variance 1 / fan_in (the official patch-embedding init)."""
-    fan_in = weight[0].numel()
-    std = math.sqrt(1.0 / fan_in) / 0.87962566103423978  # the std of a unit normal truncated at +-2
-    return nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
-
-
-def _xavier_uniform_fused_(weight: torch.Tensor, parts: int) -> None:
-    """Xavier-uniform as if q, k and v were separate D x D kernels, as in the official code."""
-    fan_out, fan_in = weight.shape[0] // parts, weight.shape[1]
-    bound = math.sqrt(6.0 / (fan_in + fan_out))
-    nn.init.uniform_(weight, -bound, bound)
-
-
-def _zero(module: nn.Module) -> None:
-    for p in module.parameters():
-        nn.init.zeros_(p)
