@@ -16,7 +16,8 @@ from image_collections import take_steps, write_small_shards
 from tiny import TINY_RECIPE
 from vitkit import cli
 from vitkit.data import ShardSource, TrainTransform, open_source, remote
-from vitkit.data.remote import Patience, ReadAhead, fetch, stat
+from vitkit.data.read_ahead import ReadAhead
+from vitkit.data.remote import Patience, fetch, stat
 
 TRANSFORM = TrainTransform(24, crop="inception", seed=2, in_chans=3)
 # Bounds the tests' waits; a healthy read on a loaded machine stays well inside `stall` (an extra GET breaks counts).

@@ -7,9 +7,9 @@ back-ends take credentials and endpoints where each store's own tools look for t
 in a config file, a run directory or a message; a URL that carries a password is refused for the same reason.
 
 A shard is fetched whole, front to back in byte ranges, into an unnamed local temporary file, which the tar reader
-then reads as it reads a local shard (ReadAhead fetches the next shard of a stream meanwhile, so the network is not
-on a step's path). Every shard is known by the size and ETag it had when its split was indexed: a shard whose size
-or ETag differs when it is fetched, or whose bytes come back fewer, is an error, never a shard read short. A
+then reads as it reads a local shard (`read_ahead` fetches the next shard of a stream meanwhile, so the network
+is not on a step's path). Every shard is known by the size and ETag it had when its split was indexed: a shard
+whose size or ETag differs when it is fetched, or whose bytes come back fewer, is an error, never a shard read short. A
 transient fault (a reset connection, a 5xx answer, a body cut short, a read that stalls for `Patience.stall`
 seconds) is retried from the byte reached (over HTTP every byte that arrived is kept: the retry asks for
 `Range: bytes=<reached>-`; from other stores whole CHUNK_BYTES ranges), with exponential backoff, until
@@ -27,7 +27,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import IO, Any
@@ -397,63 +396,3 @@ def check_unchanged(indexed: RemoteShard, now: RemoteShard) -> None:
 
 def one_line(err: BaseException) -> str:
     return " ".join(str(err).split())
-
-
-class ReadAhead:
-    """The fetched files of `shards` in order, the next one fetched in a thread while the current one is read;
-    each file is closed (and deleted) once the next is asked for, or when the iteration is closed."""
-
-    def __init__(self, shards: list[RemoteShard], patience: Patience | None = None) -> None:
-        self.shards, self.patience = shards, patience
-
-    def __iter__(self) -> Iterator[IO[bytes]]:
-        stop = threading.Event()
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vitkit-shard-fetch")
-        pending: Future[IO[bytes]] | None = None
-        current: IO[bytes] | None = None
-        try:
-            for k in range(len(self.shards)):
-                if pending is None:
-                    pending = pool.submit(fetch, self.shards[k], self.patience, stop)
-                ready = pending.result()
-                pending = (
-                    pool.submit(fetch, self.shards[k + 1], self.patience, stop)
-                    if k + 1 < len(self.shards)
-                    else None
-                )
-                if current is not None:
-                    current.close()
-                current = ready
-                yield current
-        finally:
-            stop.set()
-            if current is not None:
-                current.close()
-            if pending is not None:
-                pending.add_done_callback(_close_result)
-            pool.shutdown(wait=False)
-
-
-def _close_result(future: Future[IO[bytes]]) -> None:
-    if future.exception() is None:
-        future.result().close()
-
-
-class RecentShard:
-    """The last shard fetched for reading by position (evaluation), kept for the next range of the same shard."""
-
-    def __init__(self) -> None:
-        self.url: str | None = None
-        self.file: IO[bytes] | None = None
-
-    def open(self, shard: RemoteShard) -> IO[bytes]:
-        if self.url != shard.url or self.file is None:
-            if self.file is not None:
-                self.file.close()
-            self.file, self.url = None, None  # a failed fetch leaves nothing half-kept
-            self.file, self.url = fetch(shard), shard.url
-        self.file.seek(0)
-        return self.file
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"url": None, "file": None}  # a worker process fetches its own

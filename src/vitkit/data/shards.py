@@ -38,7 +38,8 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from .batch import Batch
 from .decode import IMAGE_EXTENSIONS, ImageDecodeError, check_byte_size, decode_image
-from .remote import ReadAhead, RecentShard, RemoteShard
+from .read_ahead import ReadAhead, RecentShard
+from .remote import RemoteShard
 from .shard_index import INFO_NAME, LABEL_EXTENSION, find_shards
 from .source import DEFAULT_READING, EncodedImage, ReadOptions, StepPlan
 from .transforms import eval_transform, key, sample_keys
@@ -129,7 +130,7 @@ class ShardSource:
 
     def fetched_ahead(self, shards: list[int]) -> Iterator[IO[bytes] | None]:
         """Per shard, in order: None for a local one (read where it is), the fetched copy of a remote one while
-        the next one is fetched (vitkit.data.remote.ReadAhead)."""
+        the next one is fetched (vitkit.data.read_ahead.ReadAhead)."""
         paths = [self.paths[shard] for shard in shards]
         remote = [path for path in paths if isinstance(path, RemoteShard)]
         return iter(ReadAhead(remote)) if remote else iter([None] * len(paths))
