@@ -7,15 +7,15 @@ back-ends take credentials and endpoints where each store's own tools look for t
 in a config file, a run directory or a message; a URL that carries a password is refused for the same reason.
 
 A shard is fetched whole, front to back in byte ranges, into an unnamed local temporary file, which the tar reader
-then reads as it reads a local shard (`read_ahead` fetches the next shard of a stream meanwhile, so the network
-is not on a step's path). Every shard is known by the size and ETag it had when its split was indexed: a shard
-whose size or ETag differs when it is fetched, or whose bytes come back fewer, is an error, never a shard read short. A
+then reads as it reads a local shard (`read_ahead` fetches the next shard of a stream meanwhile, so the network is
+not on a step's path). Every shard is known by the size and ETag it had when its split was indexed: a shard whose
+size or ETag differs when it is fetched, or whose bytes come back fewer, is an error, never a shard read short. A
 transient fault (a reset connection, a 5xx answer, a body cut short, a read that stalls for `Patience.stall`
-seconds) is retried from the byte reached (over HTTP every byte that arrived is kept: the retry asks for
-`Range: bytes=<reached>-`; from other stores whole CHUNK_BYTES ranges), with exponential backoff, until
-`Patience.total` seconds pass without a byte arriving; then one line names the shard, its URL and how much
-arrived over how many tries. Every other error names the URL and what went wrong: the HTTP status and its
-meaning (403: access denied, 404: no such file; a shard gone during a run: "no longer exists").
+seconds) is retried from the byte reached (over HTTP every byte that arrived is kept: the retry asks for `Range:
+bytes=<reached>-`; from other stores whole CHUNK_BYTES ranges), with exponential backoff, until `Patience.total`
+seconds pass without a byte arriving; then one line names the shard, its URL and how much arrived over how many
+tries. Every other error names the URL and what went wrong: the HTTP status and its meaning (403: access denied,
+404: no such file; a shard gone during a run: "no longer exists").
 """
 
 from __future__ import annotations
