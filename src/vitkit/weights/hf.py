@@ -35,13 +35,12 @@ from vitkit.weights.hf_families import (
     CLASSES,
     FROM_HF_ACT,
     TO_HF_ACT,
-    family_of_state,
     from_hf_family,
     hf_class_for,
     load_family_state,
-    modern_family_names,
     to_hf_family,
 )
+from vitkit.weights.hf_family_names import family_of_state, modern_family_names
 from vitkit.weights.mapping import SPLIT_QKV, Rule, Table, linear
 from vitkit.weights.vitkit_state import load_vitkit_state
 
