@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from vitkit.bench.table import format_table
 from vitkit.bench.timing import alternate, paired_ratio
-from vitkit.models.attention import Attention
+from vitkit.models.self_attention import Attention
 
 
 def main() -> None:

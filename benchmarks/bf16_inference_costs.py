@@ -26,7 +26,7 @@ from vitkit.allocator import keep_freed_memory
 from vitkit.bench.candidates import bench_model, forward_call, forward_flops
 from vitkit.bench.timing import alternate, gemm_candidate, mfu, paired_ratio
 from vitkit.inference_weights import weights_in
-from vitkit.models.attention import Attention
+from vitkit.models.self_attention import Attention
 
 
 def values_only(self: Attention, x: torch.Tensor, need_weights: bool = False) -> tuple[torch.Tensor, None]:

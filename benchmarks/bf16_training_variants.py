@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from vitkit.cli import main
-from vitkit.models import attention, vit
+from vitkit.models import self_attention, vit
 
 
 def float32_ends() -> None:
@@ -44,7 +44,7 @@ def float32_attention() -> None:
             out = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=self.scale)
         return self.proj_drop(self.proj(out.transpose(1, 2).reshape(B, q.shape[2], D))), None
 
-    attention.Attention.forward = forward
+    self_attention.Attention.forward = forward
 
 
 VARIANTS = {"ends": float32_ends, "attention": float32_attention}

@@ -1,7 +1,8 @@
-"""torch's fused attention kernel against two batched matrix products and a softmax (vitkit's unfused path), in
-fp32 and in bf16, without gradients and forward+backward, side by side on this CPU: what
-`vitkit.models.attention.Attention.fused_pays` decides from. Two layers: one of ViT-S/16 at batch 8 (197 tokens, 6 heads
-of 64) and one of the Fashion-MNIST recipe's model at its batch of 128 (49 tokens, 3 heads of 32).
+"""torch's fused attention kernel against two batched matrix products and a softmax (vitkit's unfused path), in fp32
+and in bf16, without gradients and forward+backward, side by side on this CPU: what
+`vitkit.models.self_attention.Attention.fused_pays` decides from. Two layers: one of ViT-S/16 at batch 8 (197
+tokens, 6 heads of 64) and one of the Fashion-MNIST recipe's model at its batch of 128 (49 tokens, 3 heads of
+32).
 
     python benchmarks/cpu_attention_kernels.py [--threads 2] [--rounds 15]
 """
@@ -27,7 +28,7 @@ def fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def unfused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return ((q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)).softmax(
         dim=-1
-    ) @ v  # as vitkit.models.attention.Attention
+    ) @ v  # as vitkit.models.self_attention.Attention
 
 
 def candidate(kernel: Callable, inputs: list[torch.Tensor], backward: bool) -> Callable[[], object]:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import vitkit
-from vitkit.models import vit
+from vitkit.models import self_attention
 from vitkit.precision import Precision
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "official_vit"
@@ -27,7 +27,9 @@ WITH_AMX, WITHOUT_AMX = frozenset({"avx512_bf16", "amx_bf16"}), frozenset({"avx5
     "case", ["A", "B", "C", pytest.param("D", marks=pytest.mark.slow)]
 )  # D: hybrid, ~5 s
 def test_official_logits_under_bf16_stay_within_the_tolerance(case, flags, path, monkeypatch):
-    monkeypatch.setattr(vit, "cpu_flags", lambda: flags)  # which attention kernel bf16 uses on a CPU
+    monkeypatch.setattr(
+        self_attention, "cpu_flags", lambda: flags
+    )  # which attention kernel bf16 uses on a CPU
     with np.load(DATA / f"{case}_io.npz") as io:
         x = torch.from_numpy(io["inputs"]).permute(0, 3, 1, 2).contiguous()
         reference = torch.from_numpy(io["logits"])
@@ -83,7 +85,7 @@ def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(mo
     flags are read when the model is built; every way agrees with float32."""
 
     def built_on(flags: frozenset[str]) -> torch.nn.Module:
-        monkeypatch.setattr(vit, "cpu_flags", lambda: flags)
+        monkeypatch.setattr(self_attention, "cpu_flags", lambda: flags)
         torch.manual_seed(0)
         return vitkit.create_model(
             "ViT-S/16", img_size=32, patch_size=8, hidden_size=64, depth=2, num_heads=4, mlp_dim=128
@@ -92,9 +94,9 @@ def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(mo
     models = {flags: built_on(flags) for flags in (WITH_AMX, WITHOUT_AMX)}
     x = torch.randn(4, 3, 32, 32)
     calls = []
-    fused = vit.F.scaled_dot_product_attention
+    fused = self_attention.F.scaled_dot_product_attention
     monkeypatch.setattr(
-        vit.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k)
+        self_attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or fused(*a, **k)
     )
     with torch.no_grad():
         reference = models[WITH_AMX](x)
@@ -102,7 +104,7 @@ def test_bf16_attention_on_a_cpu_is_fused_only_with_amx_and_without_gradients(mo
     for flags, grad, fused_calls in ((WITH_AMX, False, 2), (WITHOUT_AMX, False, 0), (WITH_AMX, True, 0)):
         model = models[flags]
         opposite = WITH_AMX if flags == WITHOUT_AMX else WITHOUT_AMX  # flags read now would choose wrongly
-        monkeypatch.setattr(vit, "cpu_flags", lambda opposite=opposite: opposite)
+        monkeypatch.setattr(self_attention, "cpu_flags", lambda opposite=opposite: opposite)
         calls.clear()
         with torch.set_grad_enabled(grad), BF16.autocast():
             logits[flags, grad] = model(x).float().detach()

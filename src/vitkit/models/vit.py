@@ -22,7 +22,6 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from vitkit.models.attention import Attention
 from vitkit.models.attention_pool import AttentionPool
 from vitkit.models.config import ViTConfig, to_pair
 from vitkit.models.init import lecun_normal_, normal_, xavier_uniform_fused_, zero_
@@ -30,6 +29,7 @@ from vitkit.models.layer_scale import layer_scale
 from vitkit.models.mlp import build_mlp
 from vitkit.models.posemb import build_position_embedding
 from vitkit.models.resnet import ResNetV1
+from vitkit.models.self_attention import Attention
 from vitkit.storage import SavePretrainedMixin
 
 Grid = tuple[int, int]
