@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command = chosen_command(words) or ""  # `vitkit --help`: no command imported
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    if argv is None:  # the program, not a caller that goes on
+        shutdown.skip_final_collection()
     try:
         # Ctrl-C and SIGTERM are received from the first moment: importing a command (torch) takes seconds.
         with shutdown.interruptible():
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             debug = debug or args.debug
             return int(args.run(args) or 0)
     except KeyboardInterrupt:
+        if argv is None:  # the program, on its way out: a second Ctrl-C ends it quietly
+            shutdown.leave_at_next_signal(INTERRUPTED)
         print(f"{' '.join(['vitkit', command]).rstrip()}: interrupted", file=sys.stderr)
         return INTERRUPTED
     except Exception as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -218,3 +219,28 @@ def test_a_forked_child_gets_the_handlers_of_before(tmp_path) -> None:
         os.kill(child, signal.SIGKILL)
         os.waitpid(child, 0)
     assert ended[0] == child and os.WIFSIGNALED(ended[1]) and os.WTERMSIG(ended[1]) == signal.SIGTERM
+
+
+CYCLE_WITH_FINALIZER = """
+from vitkit import shutdown
+
+class Cycle:
+    def __del__(self):
+        print("collected at exit", flush=True)
+
+cycle = Cycle()
+cycle.me = cycle  # garbage only the final collection would find
+del cycle
+{skip}
+"""
+
+
+@pytest.mark.parametrize("skip", [False, True], ids=["plain", "skipped"])
+def test_the_program_skips_the_final_collection(skip: bool) -> None:
+    """The interpreter's last collection (most of a second with torch imported) is left out by a program, after
+    its other exit handlers; without it, cyclic garbage is found at exit as usual (the test's own control)."""
+    code = CYCLE_WITH_FINALIZER.format(skip="shutdown.skip_final_collection()" if skip else "")
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert ("collected at exit" in out.stdout) is not skip

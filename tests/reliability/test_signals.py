@@ -8,6 +8,7 @@ EXIT_SECONDS, which needs a machine not shared with other heavy work."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -145,6 +146,30 @@ def test_ctrl_c_ends_a_run_with_workers_within_seconds(tmp_path: Path, folder: P
 def test_sigterm_to_the_process_group_ends_a_run_as_interrupted(tmp_path: Path, folder: Path) -> None:
     """The workers receive it too: they end quietly and the main process stops the run, code 130, one line."""
     check_points([(0.5, signal.SIGTERM)], tmp_path, folder, exit_seconds=HANG_SECONDS, group=True)
+
+
+def test_a_second_ctrl_c_on_the_way_out_ends_it_without_a_traceback(tmp_path: Path, folder: Path) -> None:
+    """Ctrl-C pressed twice: the second, sent the moment "interrupted" is printed, lands in the interpreter's
+    teardown, where a KeyboardInterrupt would print a traceback; the process ends at once, as interrupted."""
+    out = tmp_path / "run"
+    process = start(out, folder, 100_000, checkpoint_every=10)
+    log = out.parent / f"{out.name}.log"
+    try:
+        wait_for((out / RECIPE_NAME).exists, process, "the run's start")
+        time.sleep(0.5)
+        process.send_signal(signal.SIGINT)
+        wait_for(lambda: INTERRUPTED in log.read_text(errors="replace"), process, "the interrupted line")
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGINT)
+        code = process.wait(timeout=HANG_SECONDS)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    text = log.read_text(errors="replace")
+    # 130 from vitkit, or death by SIGINT once the interpreter has put the default action back: a shell shows 130
+    assert code in (130, -signal.SIGINT), text[-1500:]
+    assert "Traceback" not in text and text.splitlines()[-1] == INTERRUPTED, text[-1500:]
 
 
 @pytest.mark.slow
