@@ -1,7 +1,8 @@
 """`vitkit bench serve`: what serving a ViT costs per runtime, side by side in one process.
 
-PyTorch eager in float32 and in bf16 (vitkit's inference path: weights held in bf16), torch.compile'd (inductor,
-frozen weights) in both, and ONNX Runtime on the exported file in float32 and int8 (dynamic quantisation), at
+PyTorch eager in float32 and in bf16 (weights held in bf16), the same with the dense layers packed for oneDNN
+(`packed`: what `vitkit serve` runs on a CPU, `packed_linears`), torch.compile'd (inductor, frozen weights) in
+both, and ONNX Runtime on the exported file in float32 and int8 (dynamic quantisation), at
 each batch size, timed in alternation (`timing.alternate`: medians over rounds, paired ratios against eager
 float32). The PyTorch candidates run on --device (CUDA when present with 'auto'); ONNX Runtime runs on the CPU.
 """
@@ -28,9 +29,12 @@ from vitkit.export import export_onnx
 from vitkit.export.onnx_export import runner
 from vitkit.inference_weights import compiled_for_inference, weights_in
 from vitkit.models.registry import Model
+from vitkit.packed_linear import packed_linears, packs
 
 NAME = "serve"
-HELP = "serving latency and throughput: PyTorch eager/compiled fp32 and bf16, ONNX Runtime fp32 and int8"
+HELP = (
+    "serving latency and throughput: PyTorch eager/packed/compiled fp32 and bf16, ONNX Runtime fp32 and int8"
+)
 COLUMNS = [
     "model",
     "batch",
@@ -97,6 +101,10 @@ def serve_rows(
         candidates: dict[str, Callable[[], object]] = {}
         for precision, (module, dtype) in torch_models.items():
             candidates[f"eager {precision}"] = forward_call(module, x, dtype)
+        for precision, (module, dtype) in torch_models.items():
+            if packs(module):  # a copy: the eager rows keep plain PyTorch's layers
+                packed = stack.enter_context(packed_linears(copy.deepcopy(module)))
+                candidates[f"packed {precision}"] = forward_call(packed, x, dtype)
         if compile:
             for precision, (module, dtype) in torch_models.items():
                 compiled = stack.enter_context(compiled_for_inference(module))

@@ -8,7 +8,7 @@
     vitkit bench precision  --model ViT-S/16 --batch-size 32                # training step bf16 vs fp32, auto
     vitkit bench precision  --check                                         # auto's unmeasured choices vs measured
     vitkit bench data ROOT  --workers 0,1,2 --models ViT-S/16,ViT-B/16      # input pipeline vs torchvision, training
-    vitkit bench serve      --models ViT-S/16,ViT-B/16 --batch-sizes 1,8    # eager, compiled, ONNX Runtime fp32/int8
+    vitkit bench serve      --models ViT-S/16,ViT-B/16 --batch-sizes 1,8    # eager, packed, compiled, ONNX Runtime
 
 Each benchmark is a module of vitkit.bench listed in BENCHMARKS of vitkit.commands.parsers.bench, which holds its
 options and those everyone has: NAME, HELP, COLUMNS (None: every key of the rows) and run(args, log) -> rows;
