@@ -255,25 +255,6 @@ def test_bad_weights_and_a_busy_port_are_one_line_errors(
     assert error[-1].startswith("vitkit serve: error: ") and f"cannot listen on 127.0.0.1:{port}" in error[-1]
 
 
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_the_server_keeps_freed_memory_where_its_forward_runs_on_the_cpu(
-    weights_dir: Path, device: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On a CPU each batch reuses the last one's memory (vitkit.allocator) instead of faulting it in again; a
-    model elsewhere leaves the C library's memory as it is. (The busy port ends the command after the model.)"""
-    from vitkit.commands import serve
-
-    kept: list[bool] = []
-    monkeypatch.setattr(serve, "keep_freed_memory", lambda: kept.append(True))
-    monkeypatch.setattr(serve, "load_served_model", lambda *a, **k: dataclasses.replace(
-        load_served_model(str(weights_dir), device="cpu"), device=device))  # fmt: skip
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        assert cli.main(["serve", str(weights_dir), "--port", str(taken.getsockname()[1])]) == 1
-    assert kept == ([True] if device == "cpu" else [])
-
-
 def test_more_connections_than_the_hard_file_limit_allows_is_one_line() -> None:
     import resource
 

@@ -13,7 +13,6 @@ import resource
 import signal
 import sys
 
-from vitkit.allocator import keep_freed_memory
 from vitkit.service import ServiceOptions, asgi_app, load_served_model
 from vitkit.service.connections import ConnectionLimits
 from vitkit.service.server import address, bind, server
@@ -64,8 +63,6 @@ def run(args: argparse.Namespace) -> int:
         logger.addHandler(stream)
         logger.setLevel(logging.INFO)
     model = load_served_model(args.weights, format=args.format, device=args.device, precision=args.precision)
-    if model.device == "cpu":
-        keep_freed_memory()  # each batch reuses the last one's memory instead of faulting it in again
     app, service = asgi_app(model, options)
     sock = bind(args.host, args.port)
     batching = (

@@ -73,7 +73,6 @@ class ServedModel:
     mean_std: MeanStd = None  # the weights' normalisation (a config's, an export's metadata); None: [-1, 1]
     precision: str = "not decided yet"
     precision_reason: str = "the model thread decides it as it starts"
-    device: str = "cpu"  # where the forward runs: the exported files run on the CPU
 
     def info(self) -> dict[str, Any]:
         """The `model` object of every answer."""
@@ -154,7 +153,6 @@ def pytorch_model(model: Model, name: str, device: torch.device, precision: str)
         class_names=model.class_names,
         open_session=open_session,
         mean_std=config.mean_std,
-        device=device.type,
     )
 
 
