@@ -56,11 +56,11 @@ def weights_in(model: nn.Module, dtype: torch.dtype | None) -> Iterator[nn.Modul
 def compiled_for_inference(model: nn.Module, compile: bool = True) -> Iterator[nn.Module]:
     """`torch.compile(model)` with inductor's weight freezing for the block (the model itself without `compile`).
 
-    Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout and
-    fuses the bias and GELU into the matrix products, which compiling without freezing does not (docs/PRECISION.md
-    has the figures). The weights must not change inside the block, and the first call of each input shape compiles (seconds
-    to a minute): it pays for many batches, not for a few images. Inference only: freezing applies to graphs run
-    without gradients.
+    Freezing treats the weights as constants of the graph, so inductor folds them into oneDNN's packed layout
+    and fuses the bias and GELU into the matrix products, which compiling without freezing does not
+    (docs/PRECISION.md has the figures). The weights must not change inside the block, and the first call of
+    each input shape compiles (seconds to a minute): it pays for many batches, not for a few images. Inference
+    only: freezing applies to graphs run without gradients.
     """
     if not compile:
         yield model

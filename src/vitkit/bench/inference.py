@@ -78,10 +78,10 @@ def inference_vs_peers(
     `precision` 'bf16' runs everyone under the same bf16 autocast, with vitkit in fp32 and the bf16 GEMM ceiling
     in the same rounds; 'both' times every implementation in both. vitkit is its inference path
     (`Precision.inference`: dense layers packed on a CPU; in bf16 the weights held in bf16, so the whole forward
-    pass runs in bf16); the row
-    'vitkit-autocast' is the same model under autocast alone, as the peers run. `compile` compiles every
-    candidate for inference (`compiled_for_inference`: inductor with frozen weights). On a CPU the process keeps
-    freed memory (`keep_freed_memory`), for every candidate alike. A last row says what `auto` picks here, and why.
+    pass runs in bf16); the row 'vitkit-autocast' is the same model under autocast alone, as the peers run.
+    `compile` compiles every candidate for inference (`compiled_for_inference`: inductor with frozen weights). On
+    a CPU the process keeps freed memory (`keep_freed_memory`), for every candidate alike. A last row says what
+    `auto` picks here, and why.
     GFLOP/s and MFU count the FLOPs each implementation performs: a class-token ViT's logits skip the last layer's
     patch tokens in vitkit (`VisionTransformer.forward`), not in the peers. A peer that cannot express the model
     (torchvision's ViT for a DINOv2, say) gets a row saying why instead of a timing.
