@@ -27,9 +27,8 @@ WITH_AMX, WITHOUT_AMX = frozenset({"avx512_bf16", "amx_bf16"}), frozenset({"avx5
     "case", ["A", "B", "C", pytest.param("D", marks=pytest.mark.slow)]
 )  # D: hybrid, ~5 s
 def test_official_logits_under_bf16_stay_within_the_tolerance(case, flags, path, monkeypatch):
-    monkeypatch.setattr(
-        self_attention, "cpu_flags", lambda: flags
-    )  # which attention kernel bf16 uses on a CPU
+    # which attention kernel bf16 uses on a CPU
+    monkeypatch.setattr(self_attention, "cpu_flags", lambda: flags)
     with np.load(DATA / f"{case}_io.npz") as io:
         x = torch.from_numpy(io["inputs"]).permute(0, 3, 1, 2).contiguous()
         reference = torch.from_numpy(io["logits"])
